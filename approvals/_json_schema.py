@@ -214,6 +214,9 @@ def drop_strict_nulls(data: Any, schema: Mapping[str, Any]) -> Any:
 
 def _drop_nulls(data: Any, schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Any:
     schema = _resolve(schema, defs)
+    if isinstance(data, dict) and "anyOf" in schema:  # Optional[Model]: follow the object branch
+        objects = [_resolve(s, defs) for s in schema["anyOf"] if isinstance(s, Mapping)]
+        schema = next((s for s in objects if "properties" in s), schema)
     if isinstance(data, dict) and "properties" in schema:
         properties = schema["properties"]
         required = set(schema.get("required", ()))

@@ -15,11 +15,13 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import typing
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, get_args, get_origin
 
 import jsonschema
@@ -74,11 +76,20 @@ class ArgsSchema(ABC):
         """The validated arguments as JSON-compatible data, as a reviewer sees them."""
 
 
-class _NoFieldTitles(GenerateJsonSchema):
-    """Pydantic's schema generator without per-field titles, which only echo the names."""
+class _ToolSchemaGenerator(GenerateJsonSchema):
+    """Pydantic's schema generator without per-field titles, which only echo the names.
+
+    Plain JSON defaults are written as they are; pydantic would build a serializer for
+    each one, which is most of the cost of describing a small function.
+    """
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
+
+    def encode_default(self, dft: Any) -> Any:
+        if dft is None or type(dft) in (bool, int, str) or (type(dft) is float and math.isfinite(dft)):
+            return dft
+        return super().encode_default(dft)
 
 
 @dataclass(frozen=True)
@@ -221,8 +232,12 @@ def function_schema(
         if require_parameter_descriptions and description is None and not _has_description(annotation):
             problems.append(f"parameter {param.name!r} has no description in the docstring")
         default = ... if param.default is inspect.Parameter.empty else param.default
-        alias = param.name if field_name != param.name else None
-        fields[field_name] = (annotation, Field(default, alias=alias, description=description))
+        extras: dict[str, Any] = {}
+        if field_name != param.name:
+            extras["alias"] = param.name
+        if description is not None:
+            extras["description"] = description
+        fields[field_name] = (annotation, Field(default, **extras))
         arg_params.append(_Param(param.name, field_name, param.kind is inspect.Parameter.POSITIONAL_ONLY))
 
     if problems:
@@ -253,15 +268,21 @@ def function_schema(
 
 
 def _type_hints(function: Callable[..., Any], problems: list[str]) -> dict[str, Any]:
-    target = function
+    """Resolved parameter annotations; the return annotation is never needed, so never evaluated."""
+    target = inspect.unwrap(function)
     while isinstance(target, functools.partial):
-        target = target.func
+        target = inspect.unwrap(target.func)
     if not (inspect.isfunction(target) or inspect.ismethod(target)) and callable(target):
         target = type(target).__call__
+    annotations = {k: v for k, v in getattr(target, "__annotations__", {}).items() if k != "return"}
+    holder = SimpleNamespace(__annotations__=annotations)
     try:
-        return typing.get_type_hints(target, include_extras=True)
+        return typing.get_type_hints(holder, globalns=getattr(target, "__globals__", {}), include_extras=True)
     except Exception as exc:  # unresolvable forward references raise NameError and others
-        problems.append(f"cannot resolve type hints: {exc}")
+        problems.append(
+            f"cannot resolve type hints: {exc} (types named in string annotations must be importable "
+            "from the function's module, not local to another function)"
+        )
         return {}
 
 
@@ -303,7 +324,7 @@ def _model_name(function: Callable[..., Any]) -> str:
 
 
 def _model_json_schema(model: type[BaseModel]) -> JsonSchema:
-    schema = model.model_json_schema(schema_generator=_NoFieldTitles)
+    schema = model.model_json_schema(schema_generator=_ToolSchemaGenerator)
     schema.pop("title", None)
     schema.setdefault("properties", {})
     return schema

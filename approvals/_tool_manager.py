@@ -212,11 +212,10 @@ class ToolManager(Generic[AgentDepsT]):
         tool, call = validated.tool, validated.call
         timeout = self.timeout(tool)
         call_ctx = self.call_context(ctx, call, approved=approved)
+        result: ToolReturn | None = None
         try:
-            with anyio.move_on_after(timeout) as scope:
+            with anyio.move_on_after(timeout):
                 result = await tool.call(call_ctx, validated.args)
-            if scope.cancelled_caught:
-                return self._retry(call, f"Timed out after {timeout:g} seconds.")
         except ModelRetry as exc:
             return self._retry(call, exc.message)
         except ApprovalRequired as exc:
@@ -228,6 +227,8 @@ class ToolManager(Generic[AgentDepsT]):
             return CallDeferred(validated=validated, reason=exc.reason)
         except Exception as exc:
             raise ToolExecutionError(tool.name, call.tool_call_id, exc) from exc
+        if result is None:  # only a timeout leaves it unset: Tool.call always returns a ToolReturn
+            return self._retry(call, f"Timed out after {timeout:g} seconds.")
         self.failures.pop(tool.name, None)
         return CallSucceeded(validated=validated, result=result)
 

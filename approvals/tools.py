@@ -260,7 +260,8 @@ class Tool(Generic[AgentDepsT]):
         metadata: dict[str, Any] | None,
         allow_long_description: bool,
     ) -> None:
-        name = name or getattr(function, "__name__", "") or type(function).__name__
+        if name is None:
+            name = getattr(function, "__name__", None) or type(function).__name__
         problems = [*check_tool_name(name), *problems]
         if len(description) > MAX_DESCRIPTION_LENGTH and not allow_long_description:
             problems.append(

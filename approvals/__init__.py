@@ -4,15 +4,28 @@ Tools are plain functions; risky calls pause until a person approves, denies or 
 """
 
 from ._run_context import RunContext
+from .agent import Agent, AgentRunResult, UsageLimits
+from .deferred import (
+    DeferredToolCall,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolAnswered,
+    ToolApproved,
+    ToolDenied,
+)
 from .exceptions import (
     ApprovalRequired,
     ApprovalsError,
+    InvalidDeferredResults,
+    ModelAPIError,
+    ModelHTTPError,
     ModelRetry,
     ToolDefinitionError,
     ToolExecutionError,
     ToolRetriesExceeded,
     ToolRetryError,
     UnexpectedModelBehavior,
+    UsageLimitExceeded,
     UserError,
 )
 from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, tool
@@ -20,19 +33,32 @@ from .toolsets import FunctionToolset
 
 __all__ = (
     "INHERIT",
+    "Agent",
+    "AgentRunResult",
     "ApprovalRequired",
     "ApprovalsError",
+    "DeferredToolCall",
+    "DeferredToolRequests",
+    "DeferredToolResults",
     "FunctionToolset",
+    "InvalidDeferredResults",
+    "ModelAPIError",
+    "ModelHTTPError",
     "ModelRetry",
     "RunContext",
     "Tool",
+    "ToolAnswered",
+    "ToolApproved",
     "ToolDefinition",
     "ToolDefinitionError",
+    "ToolDenied",
     "ToolExecutionError",
     "ToolRetriesExceeded",
     "ToolRetryError",
     "ToolReturn",
     "UnexpectedModelBehavior",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "UserError",
     "tool",
 )

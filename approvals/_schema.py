@@ -46,7 +46,7 @@ class ArgError:
     message: str
 
 
-class ArgsInvalid(Exception):  # noqa: N818 - internal signal, converted to ToolRetryError
+class ArgsInvalid(Exception):
     """The arguments did not validate; `errors` says where and why."""
 
     def __init__(self, errors: list[ArgError]) -> None:

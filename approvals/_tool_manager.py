@@ -9,7 +9,7 @@ concurrency rules, so the run loop stays a loop.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeAlias
 
@@ -160,8 +160,18 @@ class ToolManager(Generic[AgentDepsT]):
         dumped = tool.dump_args(args)
         return ValidatedCall(call=call, tool=tool, args=args, dumped_args=dumped, digest=args_digest(dumped))
 
-    async def handle_calls(self, ctx: RunContext[AgentDepsT], calls: Sequence[ToolCallLike]) -> list[CallOutcome]:
-        """Validate all calls, defer those needing approval, execute the rest; outcomes in call order."""
+    async def handle_calls(
+        self,
+        ctx: RunContext[AgentDepsT],
+        calls: Sequence[ToolCallLike],
+        *,
+        before_execute: Callable[[int], None] | None = None,
+    ) -> list[CallOutcome]:
+        """Validate all calls, defer those needing approval, execute the rest; outcomes in call order.
+
+        `before_execute(n)` is called with the number of calls about to run, so a caller can
+        enforce a limit (by raising) before anything executes.
+        """
         outcomes: list[CallOutcome | None] = [None] * len(calls)
         runnable: list[tuple[int, ValidatedCall]] = []
         for index, call in enumerate(calls):
@@ -172,6 +182,8 @@ class ToolManager(Generic[AgentDepsT]):
                 outcomes[index] = CallDeferred(validated=checked)
             else:
                 runnable.append((index, checked))
+        if before_execute is not None:
+            before_execute(len(runnable))
         for index, outcome in await self.execute_many(ctx, [v for _, v in runnable]):
             outcomes[runnable[index][0]] = outcome
         return [o for o in outcomes if o is not None]

@@ -7,7 +7,11 @@ The tree::
     │   └── ToolDefinitionError     one or more problems in tool definitions, all listed at once
     ├── UnexpectedModelBehavior     the model kept doing something we cannot work with
     │   └── ToolRetriesExceeded     a tool's retry budget ran out
-    └── ToolExecutionError          a tool raised an exception that is not a retry
+    ├── ToolExecutionError          a tool raised an exception that is not a retry
+    ├── UsageLimitExceeded          a run hit its cap on requests, tool calls or tokens
+    ├── InvalidDeferredResults      decisions given to resume a run do not fit its pending calls
+    └── ModelAPIError               the provider could not be reached or answered with an error
+        └── ModelHTTPError          ... with an HTTP error status
 
     ModelRetry                      raised by a tool: "tell the model this and let it try again"
     ApprovalRequired                raised by a tool: "a person must approve this call first"
@@ -24,12 +28,16 @@ from collections.abc import Sequence
 __all__ = (
     "ApprovalRequired",
     "ApprovalsError",
+    "InvalidDeferredResults",
+    "ModelAPIError",
+    "ModelHTTPError",
     "ModelRetry",
     "ToolDefinitionError",
     "ToolExecutionError",
     "ToolRetriesExceeded",
     "ToolRetryError",
     "UnexpectedModelBehavior",
+    "UsageLimitExceeded",
     "UserError",
 )
 
@@ -55,7 +63,7 @@ class ToolDefinitionError(UserError):
         return f"Invalid {self.subject}:\n{lines}"
 
 
-class UnexpectedModelBehavior(ApprovalsError):  # noqa: N818 - the name pydantic-ai users know
+class UnexpectedModelBehavior(ApprovalsError):
     """The model kept producing output the run cannot use."""
 
 
@@ -83,7 +91,38 @@ class ToolExecutionError(ApprovalsError):
         super().__init__(f"Tool {tool_name!r}{call} raised {type(error).__name__}: {error}")
 
 
-class ModelRetry(Exception):  # noqa: N818 - the name pydantic-ai users know
+class UsageLimitExceeded(ApprovalsError):
+    """A run would go past one of its usage limits (model requests, tool calls, tokens)."""
+
+
+class InvalidDeferredResults(UserError):
+    """The decisions passed to resume a run do not match its pending calls; nothing was changed."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"Cannot resume the run with these decisions:\n{lines}")
+
+
+class ModelAPIError(ApprovalsError):
+    """The model provider could not be reached, or answered with something unusable."""
+
+    def __init__(self, model_name: str, message: str) -> None:
+        self.model_name = model_name
+        self.message = message
+        super().__init__(f"Model {model_name!r}: {message}")
+
+
+class ModelHTTPError(ModelAPIError):
+    """The model provider answered with an HTTP error status."""
+
+    def __init__(self, model_name: str, status_code: int, body: object = None) -> None:
+        self.status_code = status_code
+        self.body = body
+        super().__init__(model_name, f"HTTP {status_code}: {body}")
+
+
+class ModelRetry(Exception):
     """Raise from a tool to send `message` back to the model and let it try again."""
 
     def __init__(self, message: str) -> None:
@@ -91,7 +130,7 @@ class ModelRetry(Exception):  # noqa: N818 - the name pydantic-ai users know
         super().__init__(message)
 
 
-class ApprovalRequired(Exception):  # noqa: N818 - reads as a statement, like ModelRetry
+class ApprovalRequired(Exception):
     """Raise from a tool to stop this call until a person approves it.
 
     The call is deferred exactly as if the tool's approval policy had said yes;
@@ -111,7 +150,9 @@ class ToolRetryError(Exception):
     into a retry prompt and counts it against the tool's retry budget.
     """
 
-    def __init__(self, tool_name: str, message: str) -> None:
+    def __init__(self, tool_name: str, message: str, errors: Sequence[tuple[str, str]] = ()) -> None:
         self.tool_name = tool_name
         self.message = message
+        self.errors = list(errors)
+        """(location, message) per invalid argument, for showing errors next to form fields."""
         super().__init__(message)

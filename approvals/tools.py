@@ -329,7 +329,7 @@ class Tool(Generic[AgentDepsT]):
         except ArgsInvalid as exc:
             lines = "\n".join(f"- {e.location}: {e.message}" if e.location else f"- {e.message}" for e in exc.errors)
             message = f"Tool call validation failed for tool {self.name!r}:\n{lines}\nFix the errors and try again."
-            raise ToolRetryError(self.name, message) from None
+            raise ToolRetryError(self.name, message, [(e.location, e.message) for e in exc.errors]) from None
 
     def _validate_dropping_strict_nulls(self, args: str | bytes | dict[str, Any]) -> Any:
         if isinstance(args, str | bytes):

@@ -1,0 +1,284 @@
+"""The message history of a run: requests to the model and its responses, made of typed parts.
+
+A history is a list of `ModelRequest` and `ModelResponse`. Every part carries a `part_kind`
+discriminator, so a stored history loads back into exactly the same objects
+(`dump_messages` / `load_messages`, with a format version for later upgrades). Tool
+results keep app-only `metadata` apart from what the model reads, and a person's denial
+is its own part, so no provider adapter can mistake it for a tool's output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeAlias
+
+import pydantic
+import pydantic_core
+from pydantic import Discriminator, TypeAdapter
+
+from .exceptions import UserError
+
+__all__ = (
+    "MESSAGE_FORMAT_VERSION",
+    "ModelMessage",
+    "ModelRequest",
+    "ModelRequestPart",
+    "ModelResponse",
+    "ModelResponsePart",
+    "RetryPromptPart",
+    "SystemPromptPart",
+    "TextPart",
+    "ToolCallPart",
+    "ToolDeniedPart",
+    "ToolReturnPart",
+    "Usage",
+    "UserPromptPart",
+    "dump_message",
+    "dump_messages",
+    "load_message",
+    "load_messages",
+    "model_facing_content",
+)
+
+MESSAGE_FORMAT_VERSION = 1
+"""Version of the stored JSON shape; `load_messages` upgrades older versions."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(kw_only=True)
+class SystemPromptPart:
+    """Instructions for the model, sent first."""
+
+    content: str
+    timestamp: dt.datetime = field(default_factory=_now)
+    part_kind: Literal["system-prompt"] = "system-prompt"
+
+
+@dataclass(kw_only=True)
+class UserPromptPart:
+    """What the user asked."""
+
+    content: str
+    timestamp: dt.datetime = field(default_factory=_now)
+    part_kind: Literal["user-prompt"] = "user-prompt"
+
+
+@dataclass(kw_only=True)
+class ToolReturnPart:
+    """The result of a tool call, sent back to the model."""
+
+    tool_name: str
+    content: Any
+    """JSON-compatible result the model reads."""
+    tool_call_id: str
+    metadata: Any = None
+    """App-only data from `ToolReturn.metadata`; never sent to the model."""
+    source: Literal["tool", "reviewer", "not-run"] = "tool"
+    """Who produced the result: the tool ran; a person answered instead; or the call was skipped."""
+    args_override: dict[str, Any] | None = None
+    """The arguments a reviewer substituted before approving, when they edited them."""
+    timestamp: dt.datetime = field(default_factory=_now)
+    part_kind: Literal["tool-return"] = "tool-return"
+
+
+@dataclass(kw_only=True)
+class RetryPromptPart:
+    """Tells the model what was wrong with a tool call or its output, so it can try again."""
+
+    content: str
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    timestamp: dt.datetime = field(default_factory=_now)
+    part_kind: Literal["retry-prompt"] = "retry-prompt"
+
+
+@dataclass(kw_only=True)
+class ToolDeniedPart:
+    """A person refused a tool call; the model reads this instead of a result."""
+
+    tool_name: str
+    tool_call_id: str
+    reason: str
+    """The reviewer's reason, passed on to the model."""
+    timestamp: dt.datetime = field(default_factory=_now)
+    part_kind: Literal["tool-denied"] = "tool-denied"
+
+
+@dataclass(kw_only=True)
+class TextPart:
+    """Text from the model."""
+
+    content: str
+    part_kind: Literal["text"] = "text"
+
+
+@dataclass(kw_only=True)
+class ToolCallPart:
+    """The model asks to call a tool."""
+
+    tool_name: str
+    args: str | dict[str, Any] | None
+    """As the model sent them: a JSON string or an object."""
+    tool_call_id: str
+    part_kind: Literal["tool-call"] = "tool-call"
+
+    def args_as_dict(self) -> dict[str, Any]:
+        """The arguments parsed into a dict (not validated); malformed JSON gives `{}`."""
+        if isinstance(self.args, dict):
+            return self.args
+        if not self.args:
+            return {}
+        try:
+            parsed = json.loads(self.args)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+
+    def args_as_json(self) -> str:
+        """The arguments as JSON text."""
+        if isinstance(self.args, str):
+            return self.args or "{}"
+        return json.dumps(self.args or {}, ensure_ascii=False)
+
+
+ModelRequestPart: TypeAlias = Annotated[
+    SystemPromptPart | UserPromptPart | ToolReturnPart | RetryPromptPart | ToolDeniedPart,
+    Discriminator("part_kind"),
+]
+ModelResponsePart: TypeAlias = Annotated[TextPart | ToolCallPart, Discriminator("part_kind")]
+
+
+@dataclass(kw_only=True)
+class Usage:
+    """Token and request counts; adds up across a run."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def incr(self, other: Usage) -> None:
+        """Add another usage into this one."""
+        self.requests += other.requests
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.tool_calls += other.tool_calls
+
+
+@dataclass(kw_only=True)
+class ModelRequest:
+    """What is sent to the model: prompts, tool results, retry prompts, denials."""
+
+    parts: list[ModelRequestPart]
+    run_id: str | None = None
+    kind: Literal["request"] = "request"
+
+
+@dataclass(kw_only=True)
+class ModelResponse:
+    """What the model answered: text and tool calls."""
+
+    parts: list[ModelResponsePart]
+    usage: Usage = field(default_factory=Usage)
+    model_name: str | None = None
+    finish_reason: str | None = None
+    timestamp: dt.datetime = field(default_factory=_now)
+    run_id: str | None = None
+    kind: Literal["response"] = "response"
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def text(self) -> str:
+        """All text parts joined."""
+        return "".join(p.content for p in self.parts if isinstance(p, TextPart))
+
+
+ModelMessage: TypeAlias = Annotated[ModelRequest | ModelResponse, Discriminator("kind")]
+
+_message_adapter: TypeAdapter[ModelRequest | ModelResponse] = TypeAdapter(ModelMessage)
+_history_adapter: TypeAdapter[list[ModelRequest | ModelResponse]] = TypeAdapter(list[ModelMessage])
+
+
+def dump_message(message: ModelRequest | ModelResponse) -> dict[str, Any]:
+    """One message as JSON-compatible data (for one stored row)."""
+    dumped: dict[str, Any] = _message_adapter.dump_python(message, mode="json")
+    return dumped
+
+
+def load_message(
+    data: dict[str, Any] | str | bytes, *, format_version: int = MESSAGE_FORMAT_VERSION
+) -> ModelRequest | ModelResponse:
+    """Load one message dumped by `dump_message`, from any supported format version."""
+    raw = json.loads(data) if isinstance(data, str | bytes) else data
+    return _message_adapter.validate_python(_upgrade_message(raw, format_version))
+
+
+def dump_messages(messages: Sequence[ModelRequest | ModelResponse]) -> bytes:
+    """A whole history as JSON, with its format version."""
+    return pydantic_core.to_json(
+        {
+            "format_version": MESSAGE_FORMAT_VERSION,
+            "messages": _history_adapter.dump_python(list(messages), mode="json"),
+        }
+    )
+
+
+def load_messages(data: str | bytes | dict[str, Any]) -> list[ModelRequest | ModelResponse]:
+    """Load a history dumped by `dump_messages` (any supported format version)."""
+    raw = json.loads(data) if isinstance(data, str | bytes) else data
+    if not isinstance(raw, dict) or "messages" not in raw:
+        raise UserError("Not a stored message history: expected an object with 'format_version' and 'messages'")
+    version = raw.get("format_version")
+    if not isinstance(version, int) or not 1 <= version <= MESSAGE_FORMAT_VERSION:
+        raise UserError(
+            f"Message history format version {version!r} is not supported "
+            f"(this version of approvals reads 1 to {MESSAGE_FORMAT_VERSION})"
+        )
+    try:
+        return _history_adapter.validate_python([_upgrade_message(m, version) for m in raw["messages"]])
+    except pydantic.ValidationError as exc:
+        raise UserError(f"Stored message history is malformed: {exc}") from exc
+
+
+def _upgrade_message(message: dict[str, Any], version: int) -> dict[str, Any]:
+    """Bring a message stored in an older format up to the current one (none needed yet)."""
+    if version > MESSAGE_FORMAT_VERSION:
+        raise UserError(f"Message format version {version} is newer than this version of approvals understands")
+    return message
+
+
+def model_facing_content(part: ToolReturnPart | ToolDeniedPart | RetryPromptPart) -> str:
+    """The text a provider adapter sends the model for a tool result, denial or retry prompt.
+
+    One wording for every provider: a denial says plainly that a person refused and that
+    the same call will not be accepted, so the model does not simply try again.
+    """
+    if isinstance(part, ToolDeniedPart):
+        return (
+            f"DENIED: a person reviewed this call to {part.tool_name!r} and did not allow it. "
+            f"Reason: {part.reason} "
+            "The call was not executed. Do not repeat the same call; take the reason into account, "
+            "and tell the user if you cannot continue without it."
+        )
+    if isinstance(part, RetryPromptPart):
+        return part.content
+    text = part.content if isinstance(part.content, str) else json.dumps(part.content, ensure_ascii=False)
+    if part.source == "reviewer":
+        return f"A person answered this call on the tool's behalf (the tool was not run): {text}"
+    if part.args_override is not None:
+        edited = json.dumps(part.args_override, ensure_ascii=False)
+        return f"A person edited the arguments before approving; the call ran with {edited}. Result: {text}"
+    return text

@@ -1,0 +1,434 @@
+"""The run loop: pause on approval, resume from history plus decisions, limits and errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from approvals import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    InvalidDeferredResults,
+    RunContext,
+    ToolAnswered,
+    ToolApproved,
+    ToolDenied,
+    ToolRetriesExceeded,
+    UsageLimitExceeded,
+    UsageLimits,
+    UserError,
+)
+from approvals.messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolDeniedPart,
+    ToolReturnPart,
+    UserPromptPart,
+    load_messages,
+    model_facing_content,
+)
+from approvals.models import AgentInfo, FunctionModel, TestModel
+from approvals.models.test import ScriptStep
+
+pytestmark = pytest.mark.anyio
+
+
+class Shop:
+    """Records what the tools really did."""
+
+    def __init__(self) -> None:
+        self.refunds: list[tuple[str, Decimal]] = []
+        self.deleted: list[int] = []
+
+
+def make_agent(model: Any, shop: Shop, **kwargs: Any) -> Agent[Shop]:
+    agent: Agent[Shop] = Agent(model, name="shop", instructions="You run a shop.", deps_type=Shop, **kwargs)
+
+    @agent.tool_plain
+    def lookup_order(order_id: str) -> dict[str, str]:
+        """Look up an order."""
+        return {"order_id": order_id, "total": "450.00"}
+
+    @agent.tool(requires_approval=lambda ctx, args: args.amount > 100)
+    def refund(ctx: RunContext[Shop], order_id: str, amount: Decimal) -> str:
+        """Refund an order."""
+        ctx.deps.refunds.append((order_id, amount))
+        return f"refunded {amount}"
+
+    @agent.tool(requires_approval=True)
+    def delete_customer(ctx: RunContext[Shop], customer_id: int) -> str:
+        """Delete a customer."""
+        ctx.deps.deleted.append(customer_id)
+        return "deleted"
+
+    return agent
+
+
+MIXED_STEP: list[tuple[str, dict[str, Any] | str]] = [
+    ("lookup_order", {"order_id": "A-1"}),
+    ("refund", {"order_id": "A-1", "amount": "20"}),
+    ("refund", {"order_id": "A-1", "amount": "450"}),
+    ("delete_customer", {"customer_id": "7"}),
+]
+
+
+async def paused_run(shop: Shop, **kwargs: Any) -> tuple[Agent[Shop], Any]:
+    agent = make_agent(TestModel([MIXED_STEP]), shop, **kwargs)
+    result = await agent.run("Refund A-1 and delete customer 7", deps=shop)
+    return agent, result
+
+
+async def test_mixed_step_runs_safe_calls_and_pauses_on_the_rest() -> None:
+    shop = Shop()
+    _, result = await paused_run(shop)
+    assert result.paused
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [(c.tool_name, c.args) for c in requests.approvals] == [
+        ("refund", {"order_id": "A-1", "amount": "450"}),
+        ("delete_customer", {"customer_id": 7}),
+    ]
+    assert requests.approvals[1].tool_def.description == "Delete a customer."
+    assert all(len(c.args_digest) == 64 for c in requests.approvals)
+    assert shop.refunds == [("A-1", Decimal("20"))]  # the small refund ran, the large one waits
+    assert shop.deleted == []
+    first, response, results = result.all_messages()
+    assert isinstance(first.parts[0], SystemPromptPart) and isinstance(first.parts[1], UserPromptPart)
+    assert isinstance(response, ModelResponse) and len(response.tool_calls) == 4
+    assert [type(p) for p in results.parts] == [ToolReturnPart, ToolReturnPart]
+
+
+async def test_approve_and_deny_then_the_run_completes() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    big_refund, delete = paused.output.approvals
+    resumed = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={
+                big_refund.tool_call_id: True,
+                delete.tool_call_id: ToolDenied(message="Customer has open orders."),
+            }
+        ),
+    )
+    assert shop.refunds == [("A-1", Decimal("20")), ("A-1", Decimal("450"))]
+    assert shop.deleted == []
+    assert resumed.output == (
+        'Done. refund returned "refunded 450"; '
+        "delete_customer was denied (Customer has open orders.), so I did not do it."
+    )
+    decided = resumed.new_messages()[0]
+    assert isinstance(decided, ModelRequest)
+    denial = decided.parts[1]
+    assert isinstance(denial, ToolDeniedPart) and denial.reason == "Customer has open orders."
+    assert resumed.run_id == paused.run_id
+
+
+async def test_model_reads_the_denial_and_answers_it() -> None:
+    seen: list[str] = []
+
+    def model(messages: Sequence[Any], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[ToolCallPart(tool_name="delete_customer", args={"customer_id": 1}, tool_call_id="d1")]
+            )
+        seen.extend(model_facing_content(p) for p in last.parts)
+        return ModelResponse(parts=[TextPart(content="Understood, I will not delete the customer.")])
+
+    shop = Shop()
+    agent = make_agent(FunctionModel(model), shop)
+    paused = await agent.run("delete 1", deps=shop)
+    done = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"d1": False}),
+    )
+    assert done.output == "Understood, I will not delete the customer."
+    assert seen[0].startswith("DENIED") and "The reviewer gave no reason." in seen[0]
+
+
+async def test_answer_on_the_tools_behalf_does_not_run_it() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    big_refund, delete = paused.output.approvals
+    resumed = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={
+                big_refund.tool_call_id: ToolAnswered(content="Refund issued by hand."),
+                delete.tool_call_id: False,
+            }
+        ),
+    )
+    assert shop.refunds == [("A-1", Decimal("20"))]
+    answer = resumed.new_messages()[0].parts[0]
+    assert isinstance(answer, ToolReturnPart) and answer.source == "reviewer"
+    assert answer.content == "Refund issued by hand."
+    assert isinstance(resumed.output, str)
+    assert "refund returned" in resumed.output
+
+
+async def test_edited_arguments_are_validated_and_used() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    big_refund, delete = paused.output.approvals
+    resumed = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={
+                big_refund.tool_call_id: ToolApproved(override_args={"order_id": "A-1", "amount": "99.50"}),
+                delete.tool_call_id: False,
+            }
+        ),
+    )
+    assert shop.refunds[-1] == ("A-1", Decimal("99.50"))
+    result = resumed.new_messages()[0].parts[0]
+    assert isinstance(result, ToolReturnPart)
+    assert result.args_override == {"order_id": "A-1", "amount": "99.50"}
+    assert "edited the arguments" in model_facing_content(result)
+
+
+async def test_invalid_edit_is_refused_and_changes_nothing() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    big_refund, delete = paused.output.approvals
+    history = paused.all_messages()
+    with pytest.raises(InvalidDeferredResults) as err:
+        await agent.run(
+            deps=shop,
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(
+                approvals={
+                    big_refund.tool_call_id: ToolApproved(override_args={"order_id": "A-1", "amount": "lots"}),
+                    delete.tool_call_id: True,
+                }
+            ),
+        )
+    assert "the edited arguments are invalid" in str(err.value)
+    assert "- amount: Input should be a valid decimal" in str(err.value)
+    assert shop.deleted == [] and shop.refunds == [("A-1", Decimal("20"))]  # the valid approval did not run either
+    assert history == paused.all_messages()
+
+
+@pytest.mark.parametrize(
+    ("decisions", "expected"),
+    [
+        ({"call_0_2": True}, "no decision for call 'call_0_3' (delete_customer)"),
+        ({"call_0_2": True, "call_0_3": True, "nope": True}, "call 'nope' is not one of the calls waiting"),
+        ({"call_0_2": True, "call_0_3": True, "call_0_0": True}, "call 'call_0_0' was already decided or run"),
+    ],
+)
+async def test_missing_unknown_or_duplicate_decisions_change_nothing(decisions: dict[str, bool], expected: str) -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    with pytest.raises(InvalidDeferredResults, match=re.escape(expected)):
+        await agent.run(
+            deps=shop,
+            message_history=paused.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals=decisions),
+        )
+    assert shop.deleted == [] and len(shop.refunds) == 1
+
+
+async def test_resuming_without_decisions_or_deciding_twice_is_an_error() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    with pytest.raises(UserError, match="waiting for decisions on calls call_0_2, call_0_3"):
+        await agent.run(deps=shop, message_history=paused.all_messages())
+    done = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call_0_2": False, "call_0_3": False}),
+    )
+    with pytest.raises(InvalidDeferredResults, match="no calls waiting"):
+        await agent.run(
+            deps=shop,
+            message_history=done.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call_0_2": True}),
+        )
+
+
+async def test_approval_bound_to_a_digest() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    big_refund, delete = paused.output.approvals
+    with pytest.raises(InvalidDeferredResults, match="digest mismatch"):
+        await agent.run(
+            deps=shop,
+            message_history=paused.all_messages(),
+            deferred_tool_results=DeferredToolResults(
+                approvals={big_refund.tool_call_id: ToolApproved(args_digest="0" * 64), delete.tool_call_id: False}
+            ),
+        )
+    ok = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={
+                big_refund.tool_call_id: ToolApproved(args_digest=big_refund.args_digest),
+                delete.tool_call_id: False,
+            }
+        ),
+    )
+    assert not ok.paused
+
+
+async def test_a_second_pause_after_resuming() -> None:
+    shop = Shop()
+    script: list[ScriptStep] = [
+        ("delete_customer", {"customer_id": 1}),
+        ("delete_customer", {"customer_id": 2}),
+        "All done.",
+    ]
+    agent = make_agent(TestModel(script), shop)
+    first = await agent.run("delete 1 then 2", deps=shop)
+    second = await agent.run(
+        deps=shop,
+        message_history=first.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call_0_0": True}),
+    )
+    assert isinstance(second.output, DeferredToolRequests)
+    assert second.output.approvals[0].args == {"customer_id": 2}
+    third = await agent.run(
+        deps=shop,
+        message_history=second.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call_1_0": True}),
+    )
+    assert third.output == "All done."
+    assert shop.deleted == [1, 2]
+
+
+async def test_retries_on_invalid_args_are_exhausted() -> None:
+    shop = Shop()
+    bad = ("refund", {"order_id": "A-1", "amount": "many"})
+    agent = make_agent(TestModel([bad, bad, bad]), shop, retries=1)
+    with pytest.raises(ToolRetriesExceeded, match="'refund' exceeded its retry limit of 1"):
+        await agent.run("refund", deps=shop)
+
+
+async def test_invalid_args_are_sent_back_and_the_model_recovers() -> None:
+    shop = Shop()
+    agent = make_agent(TestModel([("lookup_order", {}), ("lookup_order", {"order_id": "A-1"}), "ok"]), shop)
+    result = await agent.run("look", deps=shop)
+    retry = result.all_messages()[2].parts[0]
+    assert isinstance(retry, RetryPromptPart) and "order_id: Field required" in retry.content
+    assert result.output == "ok"
+
+
+async def test_history_json_round_trip_across_a_pause_in_a_fresh_agent() -> None:
+    """The flow a pydantic-ai user knows: pause, serialize, load elsewhere, resume with decisions."""
+    shop = Shop()
+    _, paused = await paused_run(shop)
+    stored = paused.all_messages_json()
+    ids = paused.output.tool_call_ids
+
+    fresh_agent = make_agent(TestModel([MIXED_STEP], final_text="Refunded 450; customer 7 deleted."), shop)
+    history = load_messages(stored)
+    assert history == paused.all_messages()
+    result = await fresh_agent.run(
+        deps=shop,
+        message_history=history,
+        deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(ids, True)),
+    )
+    assert result.output == "Refunded 450; customer 7 deleted."
+    assert shop.deleted == [7]
+    assert shop.refunds[-1] == ("A-1", Decimal("450"))
+
+
+async def test_request_limit() -> None:
+    shop = Shop()
+    agent = make_agent(TestModel([("lookup_order", {"order_id": "x"})] * 10), shop)
+    with pytest.raises(UsageLimitExceeded, match="request limit of 3"):
+        await agent.run("loop", deps=shop, usage_limits=UsageLimits(request_limit=3))
+
+
+async def test_tool_calls_limit_counts_across_a_pause() -> None:
+    shop = Shop()
+    agent = make_agent(TestModel([MIXED_STEP]), shop, usage_limits=UsageLimits(tool_calls_limit=3))
+    paused = await agent.run("go", deps=shop)  # 2 safe calls ran
+    assert isinstance(paused.output, DeferredToolRequests)
+    with pytest.raises(UsageLimitExceeded, match="tool_calls_limit of 3"):
+        await agent.run(
+            deps=shop,
+            message_history=paused.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(paused.output.tool_call_ids, True)),
+        )
+    assert shop.deleted == []
+
+
+async def test_token_limit() -> None:
+    shop = Shop()
+    agent = make_agent(TestModel(["a long answer " * 50]), shop)
+    with pytest.raises(UsageLimitExceeded, match="total_tokens_limit of 10"):
+        await agent.run("hi", deps=shop, usage_limits=UsageLimits(total_tokens_limit=10))
+
+
+class Verdict(BaseModel):
+    approved: bool
+    note: str
+
+
+async def test_structured_output_through_the_final_result_tool() -> None:
+    script: list[ScriptStep] = [
+        "plain text is not allowed",
+        ("final_result", {"approved": "maybe"}),
+        ("final_result", {"approved": True, "note": "fine"}),
+    ]
+    agent: Agent[None, Verdict] = Agent(TestModel(script), output_type=Verdict, retries=2)
+    result = await agent.run("judge")
+    assert result.output == Verdict(approved=True, note="fine")
+    retries = [
+        p
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, RetryPromptPart)
+    ]
+    assert "Respond by calling the 'final_result' tool" in retries[0].content
+    assert "note: Field required" in retries[1].content
+
+
+async def test_scalar_structured_output_is_wrapped() -> None:
+    agent: Agent[None, int] = Agent(TestModel([("final_result", {"response": "42"})]), output_type=int)
+    assert (await agent.run("answer")).output == 42
+
+
+def test_run_sync_and_model_by_name() -> None:
+    agent = Agent("test", instructions="Be brief.")
+    result = agent.run_sync("hello")
+    assert result.output == "Done."
+    assert isinstance(result.all_messages()[0].parts[0], SystemPromptPart)
+
+
+async def test_tool_return_content_goes_to_the_model_and_metadata_stays_apart() -> None:
+    from approvals import ToolReturn
+
+    def shot() -> ToolReturn:
+        return ToolReturn(return_value="clicked", content="The page now shows a receipt.", metadata={"px": 3})
+
+    agent = Agent(TestModel([("shot", {})]), tools=[shot])
+    result = await agent.run("click")
+    results = result.all_messages()[2]
+    assert isinstance(results.parts[0], ToolReturnPart) and results.parts[0].metadata == {"px": 3}
+    assert isinstance(results.parts[1], UserPromptPart) and results.parts[1].content == "The page now shows a receipt."
+
+
+async def test_no_model_and_no_prompt_are_clear_errors() -> None:
+    with pytest.raises(UserError, match="No model"):
+        await Agent().run("hi")
+    with pytest.raises(UserError, match="needs a prompt"):
+        await Agent("test").run()

@@ -8,6 +8,7 @@ and step 300 within 1.5x of step 10: the cost of a step must not grow with the h
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Sequence
@@ -43,7 +44,7 @@ async def step_times(tool: Any, k: int) -> list[float]:
 
     agent = Agent(FunctionModel(model), tools=[tool])
     await agent.run("go", usage_limits=UsageLimits(request_limit=None))
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def window(times: list[float], around: int, width: int = 5) -> float:

@@ -9,7 +9,7 @@ appends only its new messages, so the cost of a step does not grow with the hist
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import NoneType
 from typing import Any, Generic, overload
@@ -262,12 +262,15 @@ class Agent(Generic[AgentDepsT, OutputT]):
         model_settings: ModelSettings | None = None,
         usage_limits: UsageLimits | None = None,
         run_id: str | None = None,
+        before_approved_calls: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> AgentRunResult[OutputT]:
         """Run until the model answers, or until calls need a person.
 
         Start a run with a `prompt`; continue a paused one with its `message_history` and
         `deferred_tool_results` (one decision per pending call). Invalid decisions raise
-        `InvalidDeferredResults` before anything runs.
+        `InvalidDeferredResults` before anything runs. `before_approved_calls(ids)` is
+        awaited once all decisions are checked and before any approved call runs, so a
+        store can durably mark them as executing first.
         """
         chosen = infer_model(model) if model is not None else self.model
         if chosen is None:
@@ -291,7 +294,9 @@ class Agent(Generic[AgentDepsT, OutputT]):
             if deferred_tool_results is None:
                 ids = ", ".join(pending)
                 raise UserError(f"The run is waiting for decisions on calls {ids}; pass deferred_tool_results")
-            parts = await self._apply_decisions(ctx, manager, messages, pending, deferred_tool_results, limits, usage)
+            parts = await self._apply_decisions(
+                ctx, manager, messages, pending, deferred_tool_results, limits, usage, before_approved_calls
+            )
         elif deferred_tool_results is not None and deferred_tool_results.approvals:
             ids = ", ".join(map(repr, deferred_tool_results.approvals))
             raise InvalidDeferredResults(
@@ -387,6 +392,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         results: DeferredToolResults,
         limits: UsageLimits,
         usage: Usage,
+        before_approved_calls: Callable[[list[str]], Awaitable[None]] | None,
     ) -> list[ModelRequestPart]:
         """Check every decision first, then run the approved calls; parts in the model's call order."""
         decisions = results.decisions()
@@ -431,6 +437,8 @@ class Agent(Generic[AgentDepsT, OutputT]):
             raise InvalidDeferredResults(problems)
 
         limits.check_before_tool_calls(usage, len(to_run))
+        if before_approved_calls is not None and to_run:
+            await before_approved_calls(list(to_run))
         ran = dict(
             zip(
                 to_run,
@@ -516,6 +524,9 @@ def _deferred_call(manager: ToolManager[Any], outcome: CallDeferred) -> Deferred
         args_digest=validated.digest,
         tool_def=definition,
         reason=outcome.reason,
+        approvals_required=validated.tool.approvals_required,
+        approval_ttl=validated.tool.approval_ttl,
+        idempotent=validated.tool.idempotent,
     )
 
 

@@ -44,6 +44,12 @@ class DeferredToolCall:
     """The definition the model was shown for this call."""
     reason: str | None = None
     """Why approval is needed, when the tool said (`ApprovalRequired(reason)`)."""
+    approvals_required: int = 1
+    """Distinct approvers the tool asks for."""
+    approval_ttl: float | None = None
+    """Seconds the call may wait before it expires as a denial; None waits forever."""
+    idempotent: bool = False
+    """The tool is safe to run twice, so a crash mid-call may simply retry it."""
 
 
 @dataclass(kw_only=True)

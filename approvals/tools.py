@@ -130,6 +130,8 @@ class Tool(Generic[AgentDepsT]):
     prepare: ToolPrepareFunc | None
     requires_approval: bool | ApprovalPredicate
     idempotent: bool
+    approvals_required: int
+    approval_ttl: float | None
     tool_def: ToolDefinition
     args_schema: ArgsSchema
 
@@ -145,6 +147,8 @@ class Tool(Generic[AgentDepsT]):
         prepare: ToolPrepareFunc | None = None,
         requires_approval: bool | ApprovalPredicate = False,
         idempotent: bool = False,
+        approvals_required: int = 1,
+        approval_ttl: float | None = None,
         strict: bool | None = None,
         sequential: bool = False,
         metadata: dict[str, Any] | None = None,
@@ -165,6 +169,8 @@ class Tool(Generic[AgentDepsT]):
             prepare: Hook to change or hide the definition before each model request.
             requires_approval: True, or a predicate `(ctx, args) -> bool` on the validated arguments.
             idempotent: Safe to run twice; a crash mid-call may then be retried automatically.
+            approvals_required: Distinct people who must approve a call (a quorum), 1 by default.
+            approval_ttl: Seconds a call may wait for decisions before it expires as a denial; None waits forever.
             strict: Ask for OpenAI's strict mode, which enforces the schema provider-side.
             sequential: Never run concurrently with other calls of the same step.
             metadata: Application data; never sent to the model.
@@ -190,6 +196,8 @@ class Tool(Generic[AgentDepsT]):
             prepare=prepare,
             requires_approval=requires_approval,
             idempotent=idempotent,
+            approvals_required=approvals_required,
+            approval_ttl=approval_ttl,
             strict=strict,
             sequential=sequential,
             metadata=metadata,
@@ -210,6 +218,8 @@ class Tool(Generic[AgentDepsT]):
         prepare: ToolPrepareFunc | None = None,
         requires_approval: bool | ApprovalPredicate = False,
         idempotent: bool = False,
+        approvals_required: int = 1,
+        approval_ttl: float | None = None,
         strict: bool | None = None,
         sequential: bool = False,
         metadata: dict[str, Any] | None = None,
@@ -234,6 +244,8 @@ class Tool(Generic[AgentDepsT]):
             prepare=prepare,
             requires_approval=requires_approval,
             idempotent=idempotent,
+            approvals_required=approvals_required,
+            approval_ttl=approval_ttl,
             strict=strict,
             sequential=sequential,
             metadata=metadata,
@@ -255,6 +267,8 @@ class Tool(Generic[AgentDepsT]):
         prepare: ToolPrepareFunc | None,
         requires_approval: bool | ApprovalPredicate,
         idempotent: bool,
+        approvals_required: int,
+        approval_ttl: float | None,
         strict: bool | None,
         sequential: bool,
         metadata: dict[str, Any] | None,
@@ -268,6 +282,10 @@ class Tool(Generic[AgentDepsT]):
                 f"description is {len(description)} characters, over the {MAX_DESCRIPTION_LENGTH} "
                 "that OpenAI accepts; shorten it or pass allow_long_description=True"
             )
+        if approvals_required < 1:
+            problems.append("approvals_required must be 1 or more")
+        if approval_ttl is not None and approval_ttl <= 0:
+            problems.append("approval_ttl must be positive seconds, or None to wait forever")
         if retries is not None and retries < 0:
             problems.append("retries must be 0 or more")
         if timeout is not INHERIT and timeout is not None and timeout <= 0:
@@ -285,6 +303,8 @@ class Tool(Generic[AgentDepsT]):
         self.prepare = prepare
         self.requires_approval = requires_approval
         self.idempotent = idempotent
+        self.approvals_required = approvals_required
+        self.approval_ttl = approval_ttl
         self.args_schema = args_schema
         self.tool_def = ToolDefinition(
             name=name,
@@ -414,6 +434,8 @@ def tool(
     prepare: ToolPrepareFunc | None = None,
     requires_approval: bool | ApprovalPredicate = False,
     idempotent: bool = False,
+    approvals_required: int = 1,
+    approval_ttl: float | None = None,
     strict: bool | None = None,
     sequential: bool = False,
     metadata: dict[str, Any] | None = None,

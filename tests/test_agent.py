@@ -432,3 +432,33 @@ async def test_no_model_and_no_prompt_are_clear_errors() -> None:
         await Agent().run("hi")
     with pytest.raises(UserError, match="needs a prompt"):
         await Agent("test").run()
+
+
+async def test_before_approved_calls_runs_first_and_can_stop_execution() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    decisions = DeferredToolResults(approvals={"call_0_2": True, "call_0_3": False})
+    seen: list[list[str]] = []
+
+    async def refuse(ids: list[str]) -> None:
+        seen.append(ids)
+        raise RuntimeError("store unavailable")
+
+    with pytest.raises(RuntimeError, match="store unavailable"):
+        await agent.run(
+            deps=shop,
+            message_history=paused.all_messages(),
+            deferred_tool_results=decisions,
+            before_approved_calls=refuse,
+        )
+    assert seen == [["call_0_2"]]  # only the approved call, denied ones never run
+    assert len(shop.refunds) == 1  # nothing ran because the hook failed
+
+    async def record(ids: list[str]) -> None:
+        seen.append([*ids, f"refunds={len(shop.refunds)}"])
+
+    await agent.run(
+        deps=shop, message_history=paused.all_messages(), deferred_tool_results=decisions, before_approved_calls=record
+    )
+    assert seen[-1] == ["call_0_2", "refunds=1"]
+    assert len(shop.refunds) == 2

@@ -47,7 +47,7 @@ from .models import Model, ModelRequestParameters, ModelSettings, infer_model
 from .tools import Tool, ToolDefinition, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
 
-__all__ = ("Agent", "AgentRunResult", "UsageLimits")
+__all__ = ("Agent", "AgentRunResult", "UsageLimits", "pending_tool_calls")
 
 AgentDepsT = TypeVar("AgentDepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
@@ -263,6 +263,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         usage_limits: UsageLimits | None = None,
         run_id: str | None = None,
         before_approved_calls: Callable[[list[str]], Awaitable[None]] | None = None,
+        on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
     ) -> AgentRunResult[OutputT]:
         """Run until the model answers, or until calls need a person.
 
@@ -270,7 +271,10 @@ class Agent(Generic[AgentDepsT, OutputT]):
         `deferred_tool_results` (one decision per pending call). Invalid decisions raise
         `InvalidDeferredResults` before anything runs. `before_approved_calls(ids)` is
         awaited once all decisions are checked and before any approved call runs, so a
-        store can durably mark them as executing first.
+        store can durably mark them as executing first. `on_step(messages)` is awaited
+        before each model request with the messages added since the last call, so a store
+        can append each step as it completes; the messages of the last step are only in
+        the result.
         """
         chosen = infer_model(model) if model is not None else self.model
         if chosen is None:
@@ -289,7 +293,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         new_index = len(messages)
 
         parts: list[ModelRequestPart] = []
-        pending = _pending_calls(messages)
+        pending = pending_tool_calls(messages)
         if pending:
             if deferred_tool_results is None:
                 ids = ", ".join(pending)
@@ -314,7 +318,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
             messages.append(ModelRequest(parts=parts, run_id=run_id))
 
         settings = {**(self.model_settings or {}), **(model_settings or {})} or None
-        output = await self._loop(ctx, chosen, manager, messages, settings, limits, usage)  # type: ignore[arg-type]
+        output = await self._loop(ctx, chosen, manager, messages, settings, limits, usage, on_step, new_index)  # type: ignore[arg-type]
         return AgentRunResult(
             output=output, run_id=run_id, usage=usage, _messages=messages, _new_message_index=new_index
         )
@@ -328,9 +332,14 @@ class Agent(Generic[AgentDepsT, OutputT]):
         settings: ModelSettings | None,
         limits: UsageLimits,
         usage: Usage,
+        on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None,
+        delivered: int,
     ) -> OutputT | DeferredToolRequests:
         output_failures = 0
         while True:
+            if on_step is not None and len(messages) > delivered:
+                await on_step(messages[delivered:])
+                delivered = len(messages)
             limits.check_before_request(usage)
             ctx = replace(ctx, run_step=ctx.run_step + 1)
             definitions = await manager.prepare(ctx)
@@ -574,7 +583,7 @@ def _resolved_ids(messages: Sequence[ModelMessage]) -> set[str]:
     }
 
 
-def _pending_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
+def pending_tool_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
     """The last response's tool calls that have no result yet: the calls a paused run waits on."""
     index = _last_response_index(messages)
     if index is None:

@@ -28,10 +28,15 @@ from collections.abc import Sequence
 __all__ = (
     "ApprovalRequired",
     "ApprovalsError",
+    "Conflict",
+    "Forbidden",
     "InvalidDeferredResults",
+    "InvalidEdit",
+    "LeaseLost",
     "ModelAPIError",
     "ModelHTTPError",
     "ModelRetry",
+    "NotFound",
     "ToolDefinitionError",
     "ToolExecutionError",
     "ToolRetriesExceeded",
@@ -102,6 +107,37 @@ class InvalidDeferredResults(UserError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"Cannot resume the run with these decisions:\n{lines}")
+
+
+class NotFound(ApprovalsError):
+    """The run, call, user or token does not exist."""
+
+
+class Conflict(ApprovalsError):
+    """The request lost a race or came too late: the state it expected has changed."""
+
+    def __init__(self, message: str, *, status: str | None = None, decided_by: str | None = None) -> None:
+        self.status = status
+        self.decided_by = decided_by
+        super().__init__(message)
+
+
+class Forbidden(ApprovalsError):
+    """The actor is not allowed to do this."""
+
+
+class InvalidEdit(ApprovalsError):
+    """A reviewer's edited arguments failed validation; nothing was saved."""
+
+    def __init__(self, tool_name: str, errors: Sequence[tuple[str, str]], message: str) -> None:
+        self.tool_name = tool_name
+        self.errors = list(errors)
+        """(argument location, message) pairs, to show next to the form fields."""
+        super().__init__(message)
+
+
+class LeaseLost(ApprovalsError):
+    """This worker no longer holds the run: its lease expired and another worker claimed it."""
 
 
 class ModelAPIError(ApprovalsError):

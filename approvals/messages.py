@@ -267,9 +267,12 @@ def model_facing_content(part: ToolReturnPart | ToolDeniedPart | RetryPromptPart
     the same call will not be accepted, so the model does not simply try again.
     """
     if isinstance(part, ToolDeniedPart):
+        reason = part.reason.strip()
+        if reason and reason[-1] not in ".!?":
+            reason += "."
         return (
             f"DENIED: a person reviewed this call to {part.tool_name!r} and did not allow it. "
-            f"Reason: {part.reason} "
+            f"Reason: {reason} "
             "The call was not executed. Do not repeat the same call; take the reason into account, "
             "and tell the user if you cannot continue without it."
         )

@@ -117,6 +117,11 @@ def test_unknown_versions_and_foreign_data_are_refused() -> None:
         load_messages({"format_version": 1, "messages": [{"kind": "request", "parts": [{"part_kind": "bogus"}]}]})
 
 
+def test_denial_reason_is_a_sentence_of_its_own() -> None:
+    text = model_facing_content(ToolDeniedPart(tool_name="refund", tool_call_id="c", reason="too expensive"))
+    assert "Reason: too expensive. The call was not executed." in text
+
+
 def test_denial_wording_tells_the_model_not_to_retry() -> None:
     text = model_facing_content(ToolDeniedPart(tool_name="refund", tool_call_id="c", reason="Too much."))
     assert text.startswith("DENIED")

@@ -1,0 +1,8 @@
+"""The audit log's public face: append events and verify the hash chain.
+
+The implementation lives beside the tables in `approvals.store.audit`; see its docstring.
+"""
+
+from .store.audit import GENESIS_HASH, AuditVerification, append_event, event_hash, verify_audit_chain
+
+__all__ = ("GENESIS_HASH", "AuditVerification", "append_event", "event_hash", "verify_audit_chain")

@@ -1,0 +1,233 @@
+"""`AnthropicModel`: a run's history and tools over Anthropic's Messages API.
+
+The Messages API is stricter than chat completions: system prompts are a top-level
+parameter, roles must alternate user/assistant, and every `tool_result` for one assistant
+turn must sit in the very next user message. A run resumed after an approval appends a
+second request right after the first, so consecutive turns of one role are merged here,
+tool results first. The official async SDK does the HTTP; its errors become
+`ModelHTTPError` / `ModelAPIError`.
+
+Sampling settings (`temperature`, `top_p`) are not sent: the 2.x SDK has no such
+parameters and the API version it speaks (2026-10-21) answers 400 to them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal, assert_never, cast
+
+from ..exceptions import ModelAPIError, ModelHTTPError, UserError
+from ..formats import to_anthropic_tool
+from ..messages import (
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolDeniedPart,
+    ToolReturnPart,
+    Usage,
+    UserPromptPart,
+    model_facing_content,
+)
+from .base import Model, ModelRequestParameters, ModelSettings
+
+try:
+    import anthropic
+    from anthropic import AsyncAnthropic, not_given, omit
+    from anthropic.types import ContentBlockParam, Message, MessageParam, ToolParam
+except ImportError as _exc:  # pragma: no cover - exercised by a test that hides the SDK
+    raise UserError(
+        "AnthropicModel needs the Anthropic SDK: install approvals[anthropic] (pip install 'approvals[anthropic]')"
+    ) from _exc
+
+__all__ = ("DEFAULT_MAX_TOKENS", "AnthropicModel")
+
+DEFAULT_MAX_TOKENS = 4096
+"""Sent when the settings give no `max_tokens`; the Messages API requires one."""
+PLACEHOLDER_API_KEY = "no-key-needed"
+"""Sent to a custom `base_url` when no key is configured; local servers ignore it."""
+
+_Role = Literal["user", "assistant"]
+
+
+class AnthropicModel(Model):
+    """A Claude model through the Messages API.
+
+    `AnthropicModel("claude-sonnet-5-5")` reads `ANTHROPIC_API_KEY` (and `ANTHROPIC_BASE_URL`)
+    from the environment. Pass `client` to reuse a configured `anthropic.AsyncAnthropic`
+    (then `base_url`, `api_key` and `max_retries` are the client's business).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: AsyncAnthropic | None = None,
+        max_retries: int = 2,
+    ) -> None:
+        self._model_name = model_name
+        if client is not None:
+            if base_url is not None or api_key is not None:
+                raise UserError("AnthropicModel: pass either `client` or `base_url`/`api_key`, not both")
+            self.client = client
+            return
+        custom_url = base_url or os.environ.get("ANTHROPIC_BASE_URL")
+        env_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if api_key is None and custom_url and not env_key:
+            api_key = PLACEHOLDER_API_KEY
+        self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=max_retries)
+        if self.client.api_key is None and self.client.auth_token is None and self.client.credentials is None:
+            raise UserError(
+                f"No Anthropic credentials for {model_name!r}: set ANTHROPIC_API_KEY, "
+                "or pass api_key= or base_url= for a local server"
+            )
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def system(self) -> str:
+        return "anthropic"
+
+    async def request(
+        self,
+        messages: Sequence[ModelRequest | ModelResponse],
+        settings: ModelSettings | None,
+        params: ModelRequestParameters,
+    ) -> ModelResponse:
+        """Send the history and tools to `/v1/messages` and map the answer back."""
+        settings = settings or {}
+        system, turns = map_messages(messages)
+        tools = [cast("ToolParam", to_anthropic_tool(t)) for t in params.all_tools]
+        try:
+            message = await self.client.messages.create(
+                model=self._model_name,
+                max_tokens=settings.get("max_tokens", DEFAULT_MAX_TOKENS),
+                messages=turns,
+                system=system if system is not None else omit,
+                tools=tools or omit,
+                tool_choice={"type": "any"} if tools and not params.allow_text_output else omit,
+                stop_sequences=settings.get("stop_sequences", omit),
+                timeout=settings.get("timeout", not_given),
+            )
+        except anthropic.APIStatusError as exc:
+            body = exc.body
+            for secret in (self.client.api_key, self.client.auth_token):
+                body = _redact(body, secret)
+            error = ModelHTTPError(self._model_name, exc.status_code, body)
+            raise error from (None if body != exc.body else exc)
+        except anthropic.APITimeoutError as exc:
+            raise ModelAPIError(self._model_name, f"request to {_endpoint(exc)} timed out") from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelAPIError(self._model_name, f"cannot connect to {_endpoint(exc)}") from exc
+        return self._map_response(message)
+
+    def _map_response(self, message: Message) -> ModelResponse:
+        parts: list[ModelResponsePart] = []
+        for block in message.content:
+            if block.type == "text":
+                parts.append(TextPart(content=block.text))
+            elif block.type == "tool_use":
+                parts.append(ToolCallPart(tool_name=block.name, args=dict(block.input), tool_call_id=block.id))
+            # Thinking and server-tool blocks have no part of ours yet; they are dropped.
+        usage = message.usage
+        input_tokens = (
+            usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+        )
+        return ModelResponse(
+            parts=parts,
+            usage=Usage(requests=1, input_tokens=input_tokens, output_tokens=usage.output_tokens),
+            model_name=message.model or self._model_name,
+            finish_reason=message.stop_reason,
+        )
+
+
+def map_messages(messages: Sequence[ModelRequest | ModelResponse]) -> tuple[str | None, list[MessageParam]]:
+    """The system prompt (prompts joined by blank lines) and alternating user/assistant turns."""
+    system: list[str] = []
+    turns: list[tuple[_Role, list[ContentBlockParam]]] = []
+    for message in messages:
+        role: _Role
+        blocks: list[ContentBlockParam]
+        if isinstance(message, ModelRequest):
+            role, blocks = "user", []
+            for part in message.parts:
+                if isinstance(part, SystemPromptPart):
+                    system.append(part.content)
+                else:
+                    blocks.append(_map_request_part(part))
+        else:
+            role, blocks = "assistant", _map_response_parts(message.parts)
+        if not blocks:
+            continue  # the API refuses empty turns
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    result: list[MessageParam] = []
+    for role, blocks in turns:
+        if role == "user":  # every tool_result must come before other content in its message
+            results_first: list[ContentBlockParam] = sorted(blocks, key=lambda block: block["type"] != "tool_result")
+            result.append({"role": "user", "content": results_first})
+        else:
+            result.append({"role": "assistant", "content": blocks})
+    return ("\n\n".join(system) if system else None), result
+
+
+def _map_request_part(
+    part: UserPromptPart | ToolReturnPart | ToolDeniedPart | RetryPromptPart,
+) -> ContentBlockParam:
+    if isinstance(part, UserPromptPart):
+        return {"type": "text", "text": part.content}
+    if isinstance(part, ToolReturnPart):
+        return {"type": "tool_result", "tool_use_id": part.tool_call_id, "content": model_facing_content(part)}
+    if part.tool_call_id is None:  # a retry prompt about the text output, not a tool call
+        return {"type": "text", "text": model_facing_content(part)}
+    return {
+        "type": "tool_result",
+        "tool_use_id": part.tool_call_id,
+        "content": model_facing_content(part),
+        "is_error": True,
+    }
+
+
+def _map_response_parts(parts: Sequence[ModelResponsePart]) -> list[ContentBlockParam]:
+    blocks: list[ContentBlockParam] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.content:  # the API refuses empty text blocks
+                blocks.append({"type": "text", "text": part.content})
+        elif isinstance(part, ToolCallPart):
+            blocks.append(
+                {"type": "tool_use", "id": part.tool_call_id, "name": part.tool_name, "input": part.args_as_dict()}
+            )
+        else:
+            assert_never(part)
+    return blocks
+
+
+def _redact(value: Any, secret: str | None) -> Any:
+    """`value` (a parsed error body) with every occurrence of `secret` masked."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return value.replace(secret, "***")
+    if isinstance(value, dict):
+        return {key: _redact(item, secret) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redact(item, secret) for item in value]
+    return value
+
+
+def _endpoint(exc: anthropic.APIConnectionError) -> str:
+    """Where the failed request went, without query string or credentials."""
+    url = exc.request.url
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"

@@ -1,0 +1,260 @@
+"""Continuing stored runs: turn decisions into deferred results and run the agent on.
+
+`Resumer.resume()` leases one ready run, rebuilds its history from the store, hands the
+people's decisions to the agent, marks approved calls `executing` in their own commit
+before they run, appends each step as it completes, and records how the run ended:
+completed, failed, or paused again. `run_worker` does that in a loop, woken by
+PostgreSQL `LISTEN/NOTIFY` (or in-process events on SQLite) rather than by polling.
+
+Agents are found by name in an `AgentRegistry`; a worker in another process registers
+the same agents (an import path like `myapp.agents:support_agent` is enough), so any
+worker can continue any stored run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pydantic_core
+
+from .agent import Agent, pending_tool_calls
+from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
+from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
+from .messages import ModelRequest, ModelResponse
+from .store import READY_CHANNEL, ClaimedRun, Store
+from .store.models import ToolCallRow
+
+__all__ = ("AgentRegistry", "RegisteredAgent", "Resumer", "run_worker")
+
+logger = logging.getLogger("approvals.resumer")
+DepsFactory = Callable[[Any], Any | Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class RegisteredAgent:
+    """An agent and how to build its run dependencies from stored data."""
+
+    agent: Agent[Any, Any]
+    deps_factory: DepsFactory | None = None
+
+    async def make_deps(self, data: Any) -> Any:
+        """Stored deps data -> the deps object (clients, connections) the tools use."""
+        if self.deps_factory is None:
+            return data
+        deps = self.deps_factory(data)
+        return await deps if inspect.isawaitable(deps) else deps
+
+
+class AgentRegistry:
+    """Agents by name, so a stored run finds its agent in any process."""
+
+    def __init__(self, agents: Iterable[Agent[Any, Any]] = ()) -> None:
+        self._agents: dict[str, RegisteredAgent] = {}
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: Agent[Any, Any], *, deps_factory: DepsFactory | None = None) -> None:
+        """Add an agent under its `name`; two different agents may not share a name."""
+        existing = self._agents.get(agent.name)
+        if existing is not None and existing.agent is not agent:
+            raise UserError(f"Another agent is already registered as {agent.name!r}")
+        self._agents[agent.name] = RegisteredAgent(agent, deps_factory)
+
+    def load(self, import_path: str) -> Agent[Any, Any]:
+        """Import `module:attribute` and register the agent found there."""
+        module_name, _, attribute = import_path.partition(":")
+        if not module_name or not attribute:
+            raise UserError(f"Agent import path {import_path!r} must look like 'package.module:agent'")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"Cannot import {module_name!r} for agent {import_path!r}: {exc}") from exc
+        agent = getattr(module, attribute, None)
+        if not isinstance(agent, Agent):
+            raise UserError(f"{import_path!r} is not an Agent (found {type(agent).__name__})")
+        self.register(agent, deps_factory=getattr(agent, "deps_factory", None))
+        return agent
+
+    def get(self, name: str) -> RegisteredAgent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise NotFound(f"No agent named {name!r} is registered in this process") from None
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+
+def decision_from_row(row: ToolCallRow) -> ToolApproved | ToolDenied | ToolAnswered:
+    """The deferred result a decided call stands for."""
+    if row.status == "approved":
+        return ToolApproved(override_args=row.override_args, args_digest=row.args_digest)
+    if row.status in ("denied", "expired"):
+        return ToolDenied(message=row.denial_reason or "Denied.")
+    if row.status == "answered":
+        return ToolAnswered(content=row.answer)
+    raise UserError(f"Call {row.id!r} is {row.status}, not decided")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Resumer:
+    """Claims ready runs and continues them, one at a time."""
+
+    def __init__(
+        self, store: Store, registry: AgentRegistry, *, worker_id: str | None = None, lease_seconds: float = 60.0
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_seconds = lease_seconds
+
+    async def resume(self, run_id: str | None = None) -> str | None:
+        """Continue one ready run (`run_id`, or the oldest); returns its id, or None when none was ready."""
+        claimed = await self.store.claim(
+            self.worker_id, lease_seconds=self.lease_seconds, run_id=run_id, agent_names=self.registry.names
+        )
+        if claimed is None:
+            return None
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keep_lease, claimed.run_id)
+                await self._continue(claimed)
+                group.cancel_scope.cancel()
+        except LeaseLost:
+            logger.warning("lost the lease on run %s; another worker continues it", claimed.run_id)
+        return claimed.run_id
+
+    async def _keep_lease(self, run_id: str) -> None:
+        while True:
+            await anyio.sleep(self.lease_seconds / 3)
+            await self.store.renew_lease(run_id, self.worker_id, lease_seconds=self.lease_seconds)
+
+    async def _continue(self, claimed: ClaimedRun) -> None:
+        run_id, worker = claimed.run_id, self.worker_id
+        history: list[ModelRequest | ModelResponse] = (
+            await self.store.load_history(run_id) if claimed.message_count else []
+        )
+        stored = len(history)
+
+        async def append(step: list[ModelRequest | ModelResponse]) -> None:
+            nonlocal stored
+            await self.store.append_step(run_id, worker, step, lease_seconds=self.lease_seconds)
+            stored += len(step)
+
+        async def mark_executing(tool_call_ids: list[str]) -> None:
+            await self.store.mark_executing(run_id, worker, tool_call_ids)
+
+        try:
+            entry = self.registry.get(claimed.agent_name)
+            deps = await entry.make_deps(claimed.deps)
+            results = await self._decisions(run_id, history)
+            result = await entry.agent.run(
+                None if history else claimed.prompt,
+                deps=deps,
+                message_history=history,
+                deferred_tool_results=results,
+                run_id=run_id,
+                before_approved_calls=mark_executing,
+                on_step=append,
+            )
+        except LeaseLost:
+            raise
+        except ApprovalsError as exc:
+            failed_id = exc.tool_call_id if isinstance(exc, ToolExecutionError) else None
+            await self.store.finish(run_id, worker, [], error=str(exc), failed_tool_call_id=failed_id)
+            return
+        except (
+            Exception
+        ) as exc:  # a bug in user code outside tools (deps factory, hooks): fail the run, keep the worker
+            logger.exception("run %s failed", run_id)
+            await self.store.finish(run_id, worker, [], error=f"{type(exc).__name__}: {exc}")
+            return
+        remaining = result.all_messages()[stored:]
+        if isinstance(result.output, DeferredToolRequests):
+            await self.store.pause(run_id, worker, remaining, result.output)
+        else:
+            await self.store.finish(run_id, worker, remaining, output=pydantic_core.to_jsonable_python(result.output))
+
+    async def _decisions(self, run_id: str, history: list[ModelRequest | ModelResponse]) -> DeferredToolResults | None:
+        pending = pending_tool_calls(history)
+        if not pending:
+            return None
+        rows = await self.store.calls_by_tool_call_id(run_id, list(pending))
+        missing = [call_id for call_id in pending if call_id not in rows]
+        if missing:
+            raise UserError(f"Run {run_id!r} has calls without stored decisions: {', '.join(missing)}")
+        return DeferredToolResults(approvals={call_id: decision_from_row(rows[call_id]) for call_id in pending})
+
+
+async def run_worker(
+    store: Store,
+    registry: AgentRegistry,
+    *,
+    worker_id: str | None = None,
+    lease_seconds: float = 60.0,
+    poll_interval: float = 30.0,
+    expire_interval: float = 15.0,
+    stop: anyio.Event | None = None,
+    handle_signals: bool = False,
+) -> None:
+    """Resume ready runs until `stop` is set (or SIGTERM/SIGINT with `handle_signals`).
+
+    Waits for wake-ups (NOTIFY on PostgreSQL) between runs; `poll_interval` is only a
+    safety net. A stop request lets the current run finish first.
+    """
+    stop = stop or anyio.Event()
+    resumer = Resumer(store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
+    async with anyio.create_task_group() as group:
+        if handle_signals:
+            group.start_soon(_stop_on_signals, stop)
+        async with store.notifier.listen(READY_CHANNEL) as wakeups:
+            last_expiry = 0.0
+            while not stop.is_set():
+                if anyio.current_time() - last_expiry >= expire_interval:
+                    await store.expire()
+                    last_expiry = anyio.current_time()
+                if await resumer.resume() is not None:
+                    continue
+                await _wait_for_wakeup(wakeups, stop, min(poll_interval, expire_interval))
+        group.cancel_scope.cancel()
+
+
+async def _wait_for_wakeup(wakeups: Any, stop: anyio.Event, seconds: float) -> None:
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as group:
+
+            async def woken() -> None:
+                await wakeups.receive()
+                group.cancel_scope.cancel()
+
+            async def stopped() -> None:
+                await stop.wait()
+                group.cancel_scope.cancel()
+
+            group.start_soon(woken)
+            group.start_soon(stopped)
+
+
+async def _stop_on_signals(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            logger.info("received %s: finishing the current run, then stopping", signal.Signals(signum).name)
+            stop.set()
+            return

@@ -1,0 +1,39 @@
+"""Durable runs: the SQL store behind pauses, decisions, leases and the audit log.
+
+`Store(Database(url))` offers the few operations the system needs, each one transaction:
+`start_run`, `claim`, `mark_executing`, `append_step`, `pause`, `finish`, `decide`,
+`expire`, plus the reads the web app and the resumer need.
+"""
+
+from __future__ import annotations
+
+from ._base import SYSTEM, Actor, Role
+from .db import Database, normalize_url
+from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
+from .lifecycle import ClaimedRun, RunLifecycle
+from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
+from .queries import Page, Queries
+
+__all__ = (
+    "PENDING_CHANNEL",
+    "READY_CHANNEL",
+    "RUNS_CHANNEL",
+    "SYSTEM",
+    "Actor",
+    "Answer",
+    "Approve",
+    "ClaimedRun",
+    "Database",
+    "Deny",
+    "EditAndApprove",
+    "Notifier",
+    "Page",
+    "Role",
+    "Store",
+    "Verdict",
+    "normalize_url",
+)
+
+
+class Store(RunLifecycle, DecisionOps, Queries):
+    """All store operations over one database."""

@@ -1,0 +1,131 @@
+"""What every store operation shares: the database, one transaction per operation, audit and wake-ups."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ..exceptions import LeaseLost, NotFound
+from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message
+from ..tools import ToolDefinition
+from .audit import append_event
+from .db import Database
+from .models import MessageRow, RunRow, ToolDefinitionRow
+from .notify import Notifier
+
+Role = Literal["viewer", "reviewer", "admin"]
+ROLE_RANK: dict[str, int] = {"viewer": 0, "reviewer": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting: a logged-in person, an API client or the system; from authentication, never a request body."""
+
+    id: str
+    role: Role
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+    def can(self, role: Role) -> bool:
+        """True when the actor's role is at least `role`."""
+        return ROLE_RANK[self.role] >= ROLE_RANK[role]
+
+
+SYSTEM = Actor(id="system", role="admin")
+"""The actor for work nobody asked for: expiry, crash recovery."""
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Transaction:
+    """One store operation's session, with announcements to publish once it commits."""
+
+    def __init__(self, session: AsyncSession, notifier: Notifier) -> None:
+        self.session = session
+        self._notifier = notifier
+        self.announcements: list[tuple[str, str]] = []
+
+    async def announce(self, channel: str, payload: str) -> None:
+        self.announcements.extend(await self._notifier.announce(self.session, channel, payload))
+
+    async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
+        await append_event(
+            self.session, actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields
+        )
+
+
+class StoreBase:
+    """Shared plumbing for the store's operations."""
+
+    def __init__(self, db: Database, notifier: Notifier | None = None) -> None:
+        self.db = db
+        self.notifier = notifier or Notifier(db)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """One transaction; in-process wake-ups are published only after it commits."""
+        async with self.db.sessions() as session, session.begin():
+            tx = Transaction(session, self.notifier)
+            yield tx
+        self.notifier.publish(tx.announcements)
+
+    async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:
+        run = await session.scalar(select(RunRow).where(RunRow.id == run_id).with_for_update())
+        if run is None:
+            raise NotFound(f"No run {run_id!r}")
+        return run
+
+    async def _held_run(self, session: AsyncSession, run_id: str, worker_id: str) -> RunRow:
+        """The run, locked, if this worker still holds its lease."""
+        run = await self._run_for_update(session, run_id)
+        if run.status != "resuming" or run.lease_owner != worker_id:
+            raise LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {run.status})")
+        return run
+
+    async def _append_messages(
+        self, session: AsyncSession, run: RunRow, messages: Sequence[ModelRequest | ModelResponse]
+    ) -> None:
+        """Append rows after the last one: a step writes only its own messages."""
+        if not messages:
+            return
+        rows = [
+            {
+                "run_id": run.id,
+                "seq": run.message_count + offset,
+                "kind": message.kind,
+                "format_version": MESSAGE_FORMAT_VERSION,
+                "data": dump_message(message),
+            }
+            for offset, message in enumerate(messages)
+        ]
+        await session.execute(insert(MessageRow), rows)
+        run.message_count += len(rows)
+
+    async def _ensure_tool_definition(self, session: AsyncSession, definition: ToolDefinition) -> str:
+        """Store a definition once per version; return the version."""
+        version = definition.version
+        values = {
+            "version": version,
+            "name": definition.name,
+            "definition": {
+                "name": definition.name,
+                "description": definition.description,
+                "parameters_json_schema": definition.parameters_json_schema,
+                "strict": definition.strict,
+                "sequential": definition.sequential,
+                "metadata": definition.metadata,
+            },
+            "created_at": utcnow(),
+        }
+        dialect_insert = pg_insert if self.db.is_postgres else sqlite_insert
+        await session.execute(dialect_insert(ToolDefinitionRow).values(values).on_conflict_do_nothing())
+        return version

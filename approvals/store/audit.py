@@ -1,0 +1,125 @@
+"""The audit log: append-only events, each chained to the one before by a SHA-256 hash.
+
+Events are written inside the transaction of the state change they describe, so the log
+never disagrees with the data. Appends are serialized (an advisory lock on PostgreSQL,
+`BEGIN IMMEDIATE` on SQLite) so the chain has no forks. `verify_audit_chain` recomputes
+every hash: an edited event, or a deleted or reordered one, breaks the chain at that row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from .._canonical import canonical_json
+from .models import AuditEventRow
+
+__all__ = ("GENESIS_HASH", "AuditVerification", "append_event", "event_hash", "verify_audit_chain")
+
+GENESIS_HASH = "0" * 64
+_AUDIT_LOCK_KEY = 7_310_512_001  # any constant; names the PostgreSQL advisory lock for appends
+_VERIFY_BATCH = 2_000
+
+
+def event_hash(prev_hash: str, row: AuditEventRow) -> str:
+    """The hash of an event: its content and the previous event's hash."""
+    content = {
+        "at": row.at.astimezone(dt.UTC).isoformat(),
+        "actor": row.actor,
+        "action": row.action,
+        "subject_type": row.subject_type,
+        "subject_id": row.subject_id,
+        "run_id": row.run_id,
+        "agent_name": row.agent_name,
+        "tool_name": row.tool_name,
+        "details": row.details,
+    }
+    return hashlib.sha256((prev_hash + canonical_json(content)).encode()).hexdigest()
+
+
+async def append_event(
+    session: AsyncSession,
+    *,
+    actor: str,
+    action: str,
+    subject_type: str,
+    subject_id: str,
+    run_id: str | None = None,
+    agent_name: str | None = None,
+    tool_name: str | None = None,
+    details: dict[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> AuditEventRow:
+    """Add an event to the chain inside the caller's transaction."""
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _AUDIT_LOCK_KEY})
+    prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1))
+    row = AuditEventRow(
+        at=at or dt.datetime.now(dt.UTC),
+        actor=actor,
+        action=action,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        run_id=run_id,
+        agent_name=agent_name,
+        tool_name=tool_name,
+        details=details,
+        prev_hash=prev or GENESIS_HASH,
+        hash="",
+    )
+    row.hash = event_hash(row.prev_hash, row)
+    session.add(row)
+    return row
+
+
+@dataclass(frozen=True)
+class AuditVerification:
+    """The result of checking the whole chain."""
+
+    ok: bool
+    checked: int
+    """Events checked."""
+    head_hash: str
+    """Hash of the last event: keep a copy elsewhere to detect a truncated tail later."""
+    first_bad_id: int | None = None
+    problem: str | None = None
+
+
+async def verify_audit_chain(session: AsyncSession) -> AuditVerification:
+    """Recompute every event's hash and link, oldest first, in batches."""
+    prev_hash = GENESIS_HASH
+    checked = 0
+    last_id = 0
+    while True:
+        rows = (
+            await session.scalars(
+                select(AuditEventRow).where(AuditEventRow.id > last_id).order_by(AuditEventRow.id).limit(_VERIFY_BATCH)
+            )
+        ).all()
+        if not rows:
+            return AuditVerification(ok=True, checked=checked, head_hash=prev_hash)
+        for row in rows:
+            if row.prev_hash != prev_hash:
+                return AuditVerification(
+                    ok=False,
+                    checked=checked,
+                    head_hash=prev_hash,
+                    first_bad_id=row.id,
+                    problem=f"event {row.id} does not follow the event before it (an event was deleted or reordered)",
+                )
+            if event_hash(prev_hash, row) != row.hash:
+                return AuditVerification(
+                    ok=False,
+                    checked=checked,
+                    head_hash=prev_hash,
+                    first_bad_id=row.id,
+                    problem=f"event {row.id} was changed after it was written",
+                )
+            prev_hash = row.hash
+            checked += 1
+            last_id = row.id

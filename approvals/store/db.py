@@ -1,0 +1,93 @@
+"""Connecting to the database: one URL picks SQLite (embedded, a file) or PostgreSQL.
+
+SQLite gets WAL mode, foreign keys, a busy timeout and `BEGIN IMMEDIATE` transactions,
+so concurrent writers queue up instead of failing halfway; PostgreSQL goes through
+psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
+`postgresql://user@host/db` without naming a driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from ..exceptions import UserError
+
+__all__ = ("Database", "normalize_url")
+
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+_SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}
+
+
+def normalize_url(url: str | URL, *, sync: bool = False) -> URL:
+    """The URL with our driver for its database; `sync=True` for alembic and other sync tools."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError as exc:
+        raise UserError(f"Invalid database URL {str(url)!r}: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend == "postgres":
+        backend = "postgresql"
+    if backend not in _SYNC_DRIVERS:
+        raise UserError(
+            f"Unsupported database {parsed.drivername!r}: use sqlite:///path/to/file.db or postgresql://user@host/dbname"
+        )
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise UserError("SQLite needs a file path (sqlite:///approvals.db): several connections share the database")
+    return parsed.set(drivername=_SYNC_DRIVERS[backend] if sync else _ASYNC_DRIVERS[backend])
+
+
+class Database:
+    """An async engine and session factory for one database URL."""
+
+    def __init__(self, url: str | URL, *, echo: bool = False, pool_size: int = 10) -> None:
+        self.url = normalize_url(url)
+        self.dialect = self.url.get_backend_name()
+        options: dict[str, Any] = {"echo": echo}
+        if self.dialect == "postgresql":
+            options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(self.url, **options)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+        self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @property
+    def sync_url(self) -> URL:
+        """The same database for synchronous tools such as alembic."""
+        return normalize_url(self.url, sync=True)
+
+    async def dispose(self) -> None:
+        """Close all pooled connections."""
+        await self.engine.dispose()
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def on_begin(connection: Any) -> None:
+        # take the write lock up front: a deferred transaction that reads and then writes
+        # fails with "database is locked" when another writer got there first
+        connection.exec_driver_sql("BEGIN IMMEDIATE")

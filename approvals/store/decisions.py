@@ -1,0 +1,232 @@
+"""Reviewers' verdicts on pending calls, and expiry of calls nobody decided in time.
+
+`decide` locks the call row, so of two reviewers deciding at once exactly one wins and the
+other gets a `Conflict` naming who decided. Approvals are bound to the digest of the
+arguments they approved; with a quorum, only approvals of the current arguments count,
+and an edit starts the count again for the edited arguments.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from .._canonical import digest
+from ..exceptions import Conflict, Forbidden, NotFound
+from ._base import SYSTEM, Actor, StoreBase, Transaction, utcnow
+from .lifecycle import OPEN_CALL_STATUSES
+from .models import DecisionRow, RunRow, ToolCallRow
+from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the call as it stands."""
+
+    args_digest: str | None = None
+    """Digest of the arguments the reviewer saw; the approval is refused if they changed since."""
+
+
+@dataclass(frozen=True)
+class EditAndApprove:
+    """Run the call with these arguments instead; they must already be validated by the tool's validator."""
+
+    args: dict[str, Any]
+    args_digest: str | None = None
+    """Digest of the arguments the reviewer started editing from."""
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Do not run the call; the reason goes to the model."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Do not run the call; `content` is the result the model receives."""
+
+    content: Any
+
+
+Verdict: TypeAlias = Approve | EditAndApprove | Deny | Answer
+
+
+class DecisionOps(StoreBase):
+    """Decisions and expiry."""
+
+    async def decide(self, call_id: str, verdict: Verdict, *, actor: Actor) -> ToolCallRow:
+        """Record one reviewer's verdict; returns the call as it is afterwards."""
+        if not actor.can("reviewer"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
+        if isinstance(verdict, Deny) and not verdict.reason.strip():
+            raise Forbidden("A denial needs a reason: the model reads it")  # refused before any write
+        try:
+            async with self.transaction() as tx:
+                call = await tx.session.scalar(select(ToolCallRow).where(ToolCallRow.id == call_id).with_for_update())
+                if call is None:
+                    raise NotFound(f"No call {call_id!r}")
+                if call.status not in OPEN_CALL_STATUSES:
+                    who = f" by {call.decided_by}" if call.decided_by else ""
+                    raise Conflict(
+                        f"Call {call_id!r} is no longer waiting for a decision: it was {call.status}{who}",
+                        status=call.status,
+                        decided_by=call.decided_by,
+                    )
+                run = await tx.session.get(RunRow, call.run_id)
+                assert run is not None
+                current = call.override_digest or call.args_digest
+                seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
+                if seen is not None and seen != current:
+                    raise Conflict(
+                        f"The arguments of call {call_id!r} changed since you loaded them; review them again",
+                        status=call.status,
+                    )
+                if isinstance(verdict, Approve | EditAndApprove) and run.started_by == actor.id:
+                    raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+                await self._apply(tx, run, call, verdict, actor)
+                return call
+        except IntegrityError:
+            raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
+
+    async def _apply(self, tx: Transaction, run: RunRow, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
+        now = utcnow()
+        context = {"run_id": run.id, "agent_name": run.agent_name, "tool_name": call.tool_name}
+        if isinstance(verdict, Deny):
+            tx.session.add(
+                DecisionRow(
+                    call_id=call.id,
+                    actor=actor.id,
+                    verdict="deny",
+                    reason=verdict.reason,
+                    args_digest=call.override_digest or call.args_digest,
+                    created_at=now,
+                )
+            )
+            self._settle(call, "denied", "deny", actor.id, now)
+            call.denial_reason = verdict.reason
+            await tx.audit(actor.id, "call.denied", "call", call.id, **context, details={"reason": verdict.reason})
+        elif isinstance(verdict, Answer):
+            tx.session.add(
+                DecisionRow(
+                    call_id=call.id,
+                    actor=actor.id,
+                    verdict="answer",
+                    answer=verdict.content,
+                    args_digest=call.override_digest or call.args_digest,
+                    created_at=now,
+                )
+            )
+            self._settle(call, "answered", "answer", actor.id, now)
+            call.answer = verdict.content
+            await tx.audit(actor.id, "call.answered", "call", call.id, **context, details={"answer": verdict.content})
+        else:
+            kind = "edit" if isinstance(verdict, EditAndApprove) else "approve"
+            if isinstance(verdict, EditAndApprove):
+                call.override_args = verdict.args
+                call.override_digest = digest(verdict.args)
+            approved_digest = call.override_digest or call.args_digest
+            tx.session.add(
+                DecisionRow(
+                    call_id=call.id,
+                    actor=actor.id,
+                    verdict=kind,
+                    args_digest=approved_digest,
+                    edited_args=verdict.args if isinstance(verdict, EditAndApprove) else None,
+                    created_at=now,
+                )
+            )
+            await tx.session.flush()
+            approvals = await tx.session.scalar(
+                select(func.count(func.distinct(DecisionRow.actor))).where(
+                    DecisionRow.call_id == call.id,
+                    DecisionRow.verdict.in_(["approve", "edit"]),
+                    DecisionRow.args_digest == approved_digest,
+                    DecisionRow.consumed_at.is_(None),
+                )
+            )
+            details: dict[str, Any] = {
+                "args_digest": approved_digest,
+                "approvals": approvals,
+                "required": call.approvals_required,
+            }
+            if isinstance(verdict, EditAndApprove):
+                details["edited_args"] = verdict.args
+            if (approvals or 0) >= call.approvals_required:
+                self._settle(call, "approved", kind, actor.id, now)
+            else:
+                call.updated_at = now
+            await tx.audit(
+                actor.id,
+                "call.edited" if kind == "edit" else "call.approved",
+                "call",
+                call.id,
+                **context,
+                details=details,
+            )
+        if call.status not in OPEN_CALL_STATUSES:
+            await self._maybe_ready(tx, run)
+
+    @staticmethod
+    def _settle(call: ToolCallRow, status: str, verdict: str, actor_id: str, now: dt.datetime) -> None:
+        call.status = status
+        call.verdict = verdict
+        call.decided_by = actor_id
+        call.decided_at = now
+        call.updated_at = now
+
+    async def _maybe_ready(self, tx: Transaction, run: RunRow) -> None:
+        """When the last open call of a paused run is decided, the run is ready to resume."""
+        open_calls = await tx.session.scalar(
+            select(func.count()).where(ToolCallRow.run_id == run.id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
+        )
+        await tx.announce(PENDING_CHANNEL, run.id)
+        if open_calls == 0 and run.status == "awaiting_approval":
+            run.status = "ready"
+            run.updated_at = utcnow()
+            await tx.audit(SYSTEM.id, "run.ready", "run", run.id, run_id=run.id, agent_name=run.agent_name)
+            await tx.announce(READY_CHANNEL, run.id)
+            await tx.announce(RUNS_CHANNEL, run.id)
+
+    async def expire(self, *, now: dt.datetime | None = None, limit: int = 500) -> int:
+        """Deny pending calls whose time to decide ran out; returns how many expired."""
+        now = now or utcnow()
+        async with self.transaction() as tx:
+            query = (
+                select(ToolCallRow)
+                .where(ToolCallRow.status == "pending", ToolCallRow.expires_at < now)
+                .order_by(ToolCallRow.expires_at)
+                .limit(limit)
+            )
+            if self.db.is_postgres:
+                query = query.with_for_update(skip_locked=True)
+            calls = (await tx.session.scalars(query)).all()
+            runs: dict[str, RunRow] = {}
+            for call in calls:
+                waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
+                reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
+                self._settle(call, "expired", "expire", SYSTEM.id, now)
+                call.denial_reason = reason
+                await tx.audit(
+                    SYSTEM.id,
+                    "call.expired",
+                    "call",
+                    call.id,
+                    run_id=call.run_id,
+                    agent_name=call.agent_name,
+                    tool_name=call.tool_name,
+                    details={"reason": reason},
+                )
+                if call.run_id not in runs:
+                    run = await tx.session.get(RunRow, call.run_id, with_for_update=True)
+                    assert run is not None
+                    runs[call.run_id] = run
+            await tx.session.flush()
+            for run in runs.values():
+                await self._maybe_ready(tx, run)
+            return len(calls)

@@ -1,0 +1,431 @@
+"""A run's life in the store: start, claim, execute approved calls, append steps, pause, finish.
+
+Each method is one transaction. A worker holds a run through a lease (owner + expiry); every
+write a worker makes checks it still holds the lease, so a worker that stalled past its
+lease cannot overwrite the work of the one that took over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+
+from ..deferred import DeferredToolRequests
+from ..exceptions import Conflict, Forbidden, NotFound
+from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
+from ._base import SYSTEM, Actor, StoreBase, Transaction, utcnow
+from .models import DecisionRow, RunRow, ToolCallRow
+from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+
+ModelMessage = ModelRequest | ModelResponse
+OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
+"""Calls waiting for a person."""
+FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this worker now holds, with what it needs to continue."""
+
+    run_id: str
+    agent_name: str
+    prompt: str | None
+    deps: Any
+    message_count: int
+    lease_expires_at: dt.datetime
+
+
+class RunLifecycle(StoreBase):
+    """Writes that move a run through its statuses."""
+
+    async def start_run(
+        self, agent_name: str, prompt: str, *, actor: Actor, deps: Any = None, run_id: str | None = None
+    ) -> str:
+        """Queue a new run; a worker (or `resume`) picks it up. Returns the run id."""
+        if not actor.can("reviewer"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
+        run_id = run_id or uuid.uuid4().hex
+        now = utcnow()
+        async with self.transaction() as tx:
+            tx.session.add(
+                RunRow(
+                    id=run_id,
+                    agent_name=agent_name,
+                    status="ready",
+                    prompt=prompt,
+                    deps=deps,
+                    started_by=actor.id,
+                    message_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await tx.audit(
+                actor.id, "run.started", "run", run_id, run_id=run_id, agent_name=agent_name, details={"prompt": prompt}
+            )
+            await tx.announce(READY_CHANNEL, run_id)
+            await tx.announce(RUNS_CHANNEL, run_id)
+        return run_id
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_seconds: float = 60.0,
+        run_id: str | None = None,
+        agent_names: Sequence[str] | None = None,
+    ) -> ClaimedRun | None:
+        """Lease one ready run (or one whose worker's lease expired); None when there is none.
+
+        A run left behind by a dead worker has calls stuck in `executing`: idempotent
+        tools get to run again, the others become `outcome_unknown` for a person to settle.
+        """
+        for _ in range(10):  # skip over runs that crash recovery hands back to people
+            async with self.transaction() as tx:
+                now = utcnow()
+                query = (
+                    select(RunRow)
+                    .where(
+                        or_(RunRow.status == "ready", and_(RunRow.status == "resuming", RunRow.lease_expires_at < now))
+                    )
+                    .order_by(RunRow.updated_at)
+                    .limit(1)
+                )
+                if run_id is not None:
+                    query = query.where(RunRow.id == run_id)
+                if agent_names is not None:
+                    query = query.where(RunRow.agent_name.in_(agent_names))
+                if self.db.is_postgres:
+                    query = query.with_for_update(skip_locked=True)
+                run = await tx.session.scalar(query)
+                if run is None:
+                    return None
+                if run.status == "resuming" and await self._recover_crashed(tx, run):
+                    continue
+                run.status = "resuming"
+                run.lease_owner = worker_id
+                run.lease_expires_at = now + dt.timedelta(seconds=lease_seconds)
+                run.updated_at = now
+                await tx.audit(worker_id, "run.resumed", "run", run.id, run_id=run.id, agent_name=run.agent_name)
+                await tx.announce(RUNS_CHANNEL, run.id)
+                return ClaimedRun(
+                    run_id=run.id,
+                    agent_name=run.agent_name,
+                    prompt=run.prompt,
+                    deps=run.deps,
+                    message_count=run.message_count,
+                    lease_expires_at=run.lease_expires_at,
+                )
+        return None
+
+    async def _recover_crashed(self, tx: Transaction, run: RunRow) -> bool:
+        """Settle calls a dead worker left in `executing`; True when the run now waits for a person."""
+        stuck = (
+            await tx.session.scalars(
+                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
+            )
+        ).all()
+        unknown = False
+        for call in stuck:
+            if call.idempotent:
+                call.status = "approved"
+                await tx.audit(
+                    SYSTEM.id,
+                    "call.retried",
+                    "call",
+                    call.id,
+                    run_id=run.id,
+                    tool_name=call.tool_name,
+                    details={"reason": "worker died while the call ran; the tool is idempotent"},
+                )
+            else:
+                call.status = "outcome_unknown"
+                unknown = True
+                await tx.audit(
+                    SYSTEM.id,
+                    "call.outcome_unknown",
+                    "call",
+                    call.id,
+                    run_id=run.id,
+                    tool_name=call.tool_name,
+                    details={"reason": "worker died while the call ran; it may or may not have happened"},
+                )
+            call.updated_at = utcnow()
+        if unknown:
+            run.status = "awaiting_approval"
+            run.lease_owner = None
+            run.lease_expires_at = None
+            run.updated_at = utcnow()
+            await tx.announce(PENDING_CHANNEL, run.id)
+            await tx.announce(RUNS_CHANNEL, run.id)
+        return unknown
+
+    async def renew_lease(self, run_id: str, worker_id: str, *, lease_seconds: float = 60.0) -> None:
+        """Extend this worker's lease; `LeaseLost` if it no longer holds the run."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            run.lease_expires_at = utcnow() + dt.timedelta(seconds=lease_seconds)
+
+    async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
+        """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            calls = (
+                await tx.session.scalars(
+                    select(ToolCallRow).where(
+                        ToolCallRow.run_id == run_id,
+                        ToolCallRow.tool_call_id.in_(tool_call_ids),
+                        ToolCallRow.status == "approved",
+                    )
+                )
+            ).all()
+            if len(calls) != len(set(tool_call_ids)):
+                raise Conflict(f"Run {run_id!r}: not every call to execute is approved")
+            now = utcnow()
+            for call in calls:
+                call.status = "executing"
+                call.updated_at = now
+                await tx.audit(
+                    worker_id,
+                    "call.executing",
+                    "call",
+                    call.id,
+                    run_id=run_id,
+                    agent_name=run.agent_name,
+                    tool_name=call.tool_name,
+                    details={"args_digest": call.override_digest or call.args_digest},
+                )
+            await tx.session.execute(
+                update(DecisionRow)
+                .where(DecisionRow.call_id.in_([c.id for c in calls]), DecisionRow.consumed_at.is_(None))
+                .values(consumed_at=now)
+            )
+
+    async def append_step(
+        self, run_id: str, worker_id: str, messages: Sequence[ModelMessage], *, lease_seconds: float = 60.0
+    ) -> None:
+        """Append a step's messages, record results of approved calls, renew the lease."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            await self._append_messages(tx.session, run, messages)
+            await self._record_call_results(tx, run, messages)
+            run.lease_expires_at = utcnow() + dt.timedelta(seconds=lease_seconds)
+            run.updated_at = utcnow()
+
+    async def pause(
+        self, run_id: str, worker_id: str, messages: Sequence[ModelMessage], requests: DeferredToolRequests
+    ) -> None:
+        """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            await self._append_messages(tx.session, run, messages)
+            await self._record_call_results(tx, run, messages)
+            now = utcnow()
+            for request in requests.approvals:
+                version = await self._ensure_tool_definition(tx.session, request.tool_def)
+                call = ToolCallRow(
+                    id=uuid.uuid4().hex,
+                    run_id=run_id,
+                    tool_call_id=request.tool_call_id,
+                    agent_name=run.agent_name,
+                    tool_name=request.tool_name,
+                    tool_version=version,
+                    args=request.args,
+                    args_digest=request.args_digest,
+                    status="pending",
+                    reason=request.reason,
+                    approvals_required=request.approvals_required,
+                    idempotent=request.idempotent,
+                    expires_at=now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
+                    created_at=now,
+                    updated_at=now,
+                )
+                tx.session.add(call)
+                await tx.audit(
+                    worker_id,
+                    "call.requested",
+                    "call",
+                    call.id,
+                    run_id=run_id,
+                    agent_name=run.agent_name,
+                    tool_name=call.tool_name,
+                    details={"args": call.args, "args_digest": call.args_digest},
+                )
+            run.status = "awaiting_approval"
+            run.lease_owner = None
+            run.lease_expires_at = None
+            run.updated_at = now
+            await tx.audit(
+                worker_id,
+                "run.paused",
+                "run",
+                run_id,
+                run_id=run_id,
+                agent_name=run.agent_name,
+                details={"waiting_for": [r.tool_call_id for r in requests.approvals]},
+            )
+            await tx.announce(PENDING_CHANNEL, run_id)
+            await tx.announce(RUNS_CHANNEL, run_id)
+
+    async def finish(
+        self,
+        run_id: str,
+        worker_id: str,
+        messages: Sequence[ModelMessage],
+        *,
+        output: Any = None,
+        error: str | None = None,
+        failed_tool_call_id: str | None = None,
+    ) -> None:
+        """The run ended: completed with `output`, or failed with `error`."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            await self._append_messages(tx.session, run, messages)
+            await self._record_call_results(tx, run, messages)
+            if error is not None:
+                await self._settle_interrupted_calls(tx, run, failed_tool_call_id, error)
+            run.status = "failed" if error is not None else "completed"
+            run.output = output
+            run.error = error
+            run.lease_owner = None
+            run.lease_expires_at = None
+            run.updated_at = utcnow()
+            action = "run.failed" if error is not None else "run.completed"
+            await tx.audit(
+                worker_id,
+                action,
+                "run",
+                run_id,
+                run_id=run_id,
+                agent_name=run.agent_name,
+                details={"error": error} if error is not None else {"output": output},
+            )
+            await tx.announce(RUNS_CHANNEL, run_id)
+
+    async def release(self, run_id: str, worker_id: str) -> None:
+        """Hand a held run back (graceful shutdown before it started work)."""
+        async with self.transaction() as tx:
+            run = await self._held_run(tx.session, run_id, worker_id)
+            run.status = "ready"
+            run.lease_owner = None
+            run.lease_expires_at = None
+            await tx.audit(worker_id, "run.released", "run", run_id, run_id=run_id, agent_name=run.agent_name)
+            await tx.announce(READY_CHANNEL, run_id)
+
+    async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> None:
+        """An admin stops a run that has not ended; its open calls are cancelled."""
+        if not actor.can("admin"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not cancel runs")
+        async with self.transaction() as tx:
+            run = await self._run_for_update(tx.session, run_id)
+            if run.status in FINAL_RUN_STATUSES:
+                raise Conflict(f"Run {run_id!r} already ended ({run.status})", status=run.status)
+            if run.status == "resuming":
+                raise Conflict(
+                    f"Run {run_id!r} is being resumed right now; try again when it pauses", status=run.status
+                )
+            await tx.session.execute(
+                update(ToolCallRow)
+                .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_([*OPEN_CALL_STATUSES, "approved"]))
+                .values(status="cancelled", updated_at=utcnow())
+            )
+            run.status = "cancelled"
+            run.error = reason
+            run.updated_at = utcnow()
+            await tx.audit(
+                actor.id,
+                "run.cancelled",
+                "run",
+                run_id,
+                run_id=run_id,
+                agent_name=run.agent_name,
+                details={"reason": reason},
+            )
+            await tx.announce(PENDING_CHANNEL, run_id)
+            await tx.announce(RUNS_CHANNEL, run_id)
+
+    async def retry_run(self, run_id: str, *, actor: Actor) -> None:
+        """An admin sends a failed run back to the workers; it continues from its stored history."""
+        if not actor.can("admin"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not retry runs")
+        async with self.transaction() as tx:
+            run = await self._run_for_update(tx.session, run_id)
+            if run.status != "failed":
+                raise Conflict(f"Run {run_id!r} is {run.status}; only failed runs can be retried", status=run.status)
+            run.status = "ready"
+            run.error = None
+            run.updated_at = utcnow()
+            await tx.audit(actor.id, "run.retried", "run", run_id, run_id=run_id, agent_name=run.agent_name)
+            await tx.announce(READY_CHANNEL, run_id)
+
+    async def _record_call_results(self, tx: Transaction, run: RunRow, messages: Sequence[ModelMessage]) -> None:
+        """Executed approved calls: succeeded with their result, or failed with the retry message."""
+        outcomes: dict[str, tuple[str, Any]] = {}
+        for message in messages:
+            if isinstance(message, ModelRequest):
+                for part in message.parts:
+                    if isinstance(part, ToolReturnPart) and part.source == "tool":
+                        outcomes[part.tool_call_id] = ("succeeded", part.content)
+                    elif isinstance(part, RetryPromptPart) and part.tool_call_id:
+                        outcomes[part.tool_call_id] = ("failed", part.content)
+        if not outcomes:
+            return
+        calls = (
+            await tx.session.scalars(
+                select(ToolCallRow).where(
+                    ToolCallRow.run_id == run.id,
+                    ToolCallRow.status == "executing",
+                    ToolCallRow.tool_call_id.in_(list(outcomes)),
+                )
+            )
+        ).all()
+        for call in calls:
+            status, result = outcomes[call.tool_call_id]
+            call.status = status
+            call.result = result
+            call.updated_at = utcnow()
+            await tx.audit(
+                run.lease_owner or SYSTEM.id,
+                f"call.{status}",
+                "call",
+                call.id,
+                run_id=run.id,
+                agent_name=run.agent_name,
+                tool_name=call.tool_name,
+                details={"result": result},
+            )
+
+    async def _settle_interrupted_calls(
+        self, tx: Transaction, run: RunRow, failed_tool_call_id: str | None, error: str
+    ) -> None:
+        calls = (
+            await tx.session.scalars(
+                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
+            )
+        ).all()
+        for call in calls:
+            call.status = "failed" if call.tool_call_id == failed_tool_call_id else "outcome_unknown"
+            call.result = error if call.status == "failed" else None
+            call.updated_at = utcnow()
+            await tx.audit(
+                run.lease_owner or SYSTEM.id,
+                f"call.{call.status}",
+                "call",
+                call.id,
+                run_id=run.id,
+                agent_name=run.agent_name,
+                tool_name=call.tool_name,
+                details={"error": error},
+            )
+
+    async def get_run_row(self, run_id: str) -> RunRow:
+        async with self.db.sessions() as session:
+            run = await session.get(RunRow, run_id)
+            if run is None:
+                raise NotFound(f"No run {run_id!r}")
+            return run

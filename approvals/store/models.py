@@ -1,0 +1,236 @@
+"""The tables: runs, their append-only messages, tool calls, decisions, audit events, users, tokens.
+
+Typed SQLAlchemy 2.x declarations only; the queries live in `approvals.store.store`.
+Timestamps are stored timezone-aware (UTC) on both SQLite and PostgreSQL, and every
+constraint has a conventional name so alembic migrations stay stable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JsonValue = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """A timezone-aware datetime that comes back aware (UTC) from SQLite too."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; use timezone-aware UTC")
+        return value.astimezone(dt.UTC) if value is not None else None
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class RunRow(Base):
+    """One agent run, from its prompt to its output."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent_name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20))
+    prompt: Mapped[str | None] = mapped_column(Text)
+    deps: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    output: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_by: Mapped[str | None] = mapped_column(String(200))
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        Index("ix_runs_status_updated_at", "status", "updated_at"),
+        Index("ix_runs_agent_name_created_at", "agent_name", "created_at"),
+        Index("ix_runs_created_at_id", "created_at", "id"),
+    )
+
+
+class MessageRow(Base):
+    """One message of a run's history; rows are only ever appended."""
+
+    __tablename__ = "messages"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    format_version: Mapped[int] = mapped_column(Integer)
+    data: Mapped[Any] = mapped_column(JsonValue)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ToolDefinitionRow(Base):
+    """A tool definition as the model saw it, stored once per version."""
+
+    __tablename__ = "tool_definitions"
+
+    version: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    definition: Mapped[Any] = mapped_column(JsonValue)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ToolCallRow(Base):
+    """A tool call that needed a person: its validated arguments, status and outcome."""
+
+    __tablename__ = "tool_calls"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    tool_call_id: Mapped[str] = mapped_column(String(200))
+    agent_name: Mapped[str] = mapped_column(String(200))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    tool_version: Mapped[str] = mapped_column(ForeignKey("tool_definitions.version"))
+    args: Mapped[Any] = mapped_column(JsonValue)
+    args_digest: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    """Why the tool asked for approval, when it said."""
+    approvals_required: Mapped[int] = mapped_column(Integer, default=1)
+    idempotent: Mapped[bool] = mapped_column(Boolean, default=False)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    verdict: Mapped[str | None] = mapped_column(String(20))
+    """The deciding verdict: approve, edit, deny, answer or expire."""
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    decided_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    denial_reason: Mapped[str | None] = mapped_column(Text)
+    override_args: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    override_digest: Mapped[str | None] = mapped_column(String(64))
+    answer: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    result: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "tool_call_id", name="uq_tool_calls_run_id_tool_call_id"),
+        Index("ix_tool_calls_status_created_at_id", "status", "created_at", "id"),
+        Index("ix_tool_calls_tool_name_status_created_at", "tool_name", "status", "created_at"),
+        Index("ix_tool_calls_agent_name_status_created_at", "agent_name", "status", "created_at"),
+        Index("ix_tool_calls_status_expires_at", "status", "expires_at"),
+        Index("ix_tool_calls_run_id", "run_id"),
+    )
+
+
+class DecisionRow(Base):
+    """One reviewer's verdict on one call; several approvals make a quorum."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"))
+    actor: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    args_digest: Mapped[str] = mapped_column(String(64))
+    """Digest of the arguments this verdict was given for."""
+    edited_args: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    answer: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    consumed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """When the approval was used up by executing the call."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("call_id", "actor", "args_digest", name="uq_decisions_call_id_actor_args_digest"),
+        Index("ix_decisions_call_id", "call_id"),
+    )
+
+
+class AuditEventRow(Base):
+    """An append-only record of a state change, chained by hash to the one before."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(50))
+    subject_type: Mapped[str] = mapped_column(String(20))
+    subject_id: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(String(32))
+    agent_name: Mapped[str | None] = mapped_column(String(200))
+    tool_name: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index("ix_audit_events_at", "at"),
+        Index("ix_audit_events_actor_at", "actor", "at"),
+        Index("ix_audit_events_subject", "subject_type", "subject_id"),
+        Index("ix_audit_events_action_at", "action", "at"),
+        Index("ix_audit_events_run_id", "run_id"),
+    )
+
+
+class UserRow(Base):
+    """A person who logs in: viewer, reviewer or admin."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(200), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(300))
+    role: Mapped[str] = mapped_column(String(20))
+    groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiTokenRow(Base):
+    """A bearer token for a service; only its hash is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(20))
+    scopes: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

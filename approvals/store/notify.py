@@ -1,0 +1,98 @@
+"""Wake-ups between processes: PostgreSQL `LISTEN/NOTIFY`, or an in-process broadcast on SQLite.
+
+Writers announce inside their transaction (`pg_notify` is delivered only on commit, so a
+listener never sees a change before it is visible); with SQLite, which serves one process,
+the store publishes after commit to subscribers in the same process. Listeners use the
+same interface either way: `async with notifier.listen(channel) as messages`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from .db import Database
+
+__all__ = ("PENDING_CHANNEL", "READY_CHANNEL", "RUNS_CHANNEL", "Notifier")
+
+READY_CHANNEL = "approvals_ready"
+"""A run became ready to resume; payload: run id."""
+PENDING_CHANNEL = "approvals_pending"
+"""Calls started or stopped waiting for a person; payload: run id."""
+RUNS_CHANNEL = "approvals_runs"
+"""A run changed status; payload: run id."""
+_CHANNEL_NAME = re.compile(r"^[a-z_]{1,60}$")
+
+
+class Notifier:
+    """Announces and listens for changes on named channels."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._subscribers: dict[str, set[MemoryObjectSendStream[str]]] = defaultdict(set)
+
+    async def announce(self, session: AsyncSession, channel: str, payload: str) -> list[tuple[str, str]]:
+        """Announce inside a transaction; returns what to `publish` after commit (SQLite)."""
+        if self.db.is_postgres:
+            await session.execute(
+                text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload}
+            )
+            return []
+        return [(channel, payload)]
+
+    def publish(self, messages: list[tuple[str, str]]) -> None:
+        """Deliver in-process announcements after their transaction committed."""
+        for channel, payload in messages:
+            for stream in list(self._subscribers[channel]):
+                try:
+                    stream.send_nowait(payload)
+                except anyio.WouldBlock:
+                    pass  # a slow listener misses a wake-up; listeners also poll
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    self._subscribers[channel].discard(stream)
+
+    @asynccontextmanager
+    async def listen(self, channel: str) -> AsyncIterator[MemoryObjectReceiveStream[str]]:
+        """Receive payloads announced on `channel` from now on, until the block ends."""
+        if not _CHANNEL_NAME.match(channel):
+            raise ValueError(f"invalid channel name {channel!r}")
+        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000)
+        if not self.db.is_postgres:
+            self._subscribers[channel].add(send)
+            try:
+                yield receive
+            finally:
+                self._subscribers[channel].discard(send)
+                send.close()
+                receive.close()
+            return
+        import psycopg
+
+        conninfo = self.db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        connection = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        try:
+            await connection.execute(f'LISTEN "{channel}"')
+            async with anyio.create_task_group() as group:
+                group.start_soon(_forward, connection, send)
+                try:
+                    yield receive
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            await connection.close()
+            receive.close()
+
+
+async def _forward(connection: Any, send: MemoryObjectSendStream[str]) -> None:
+    async with send:
+        async for notification in connection.notifies():
+            with suppress(anyio.WouldBlock):
+                send.send_nowait(notification.payload)

@@ -1,0 +1,213 @@
+"""Reads: a run's history, its calls, the inbox of pending calls and the audit log.
+
+Lists use keyset pagination (`after` the last row's sort key), so page 1,000 costs what
+page 1 costs. Cursors are opaque strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import String, cast, func, select, tuple_
+
+from ..exceptions import NotFound, UserError
+from ..messages import ModelRequest, ModelResponse, load_message
+from ..tools import ToolDefinition
+from ._base import StoreBase
+from .audit import AuditVerification, verify_audit_chain
+from .models import AuditEventRow, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
+
+T = TypeVar("T")
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list and the cursor for the next (None on the last page)."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+def encode_cursor(*values: Any) -> str:
+    raw = json.dumps([v.isoformat() if isinstance(v, dt.datetime) else v for v in values])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, kinds: Sequence[type]) -> list[Any]:
+    """Parse a cursor made by `encode_cursor`; a malformed one is a clear `UserError`."""
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(values, list) or len(values) != len(kinds):
+            raise ValueError("wrong shape")
+        return [dt.datetime.fromisoformat(v) if k is dt.datetime else k(v) for v, k in zip(values, kinds, strict=True)]
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"Invalid page cursor {cursor!r}") from exc
+
+
+class Queries(StoreBase):
+    """Read-only operations."""
+
+    async def load_history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
+        """A run's whole message history, in order."""
+        async with self.db.sessions() as session:
+            rows = await session.execute(
+                select(MessageRow.data, MessageRow.format_version)
+                .where(MessageRow.run_id == run_id)
+                .order_by(MessageRow.seq)
+            )
+            return [load_message(data, format_version=version) for data, version in rows]
+
+    async def get_run(self, run_id: str) -> RunRow:
+        async with self.db.sessions() as session:
+            run = await session.get(RunRow, run_id)
+            if run is None:
+                raise NotFound(f"No run {run_id!r}")
+            return run
+
+    async def get_call(self, call_id: str) -> ToolCallRow:
+        async with self.db.sessions() as session:
+            call = await session.get(ToolCallRow, call_id)
+            if call is None:
+                raise NotFound(f"No call {call_id!r}")
+            return call
+
+    async def run_calls(self, run_id: str) -> list[ToolCallRow]:
+        """Every approval-gated call of a run, oldest first."""
+        async with self.db.sessions() as session:
+            rows = await session.scalars(
+                select(ToolCallRow).where(ToolCallRow.run_id == run_id).order_by(ToolCallRow.created_at, ToolCallRow.id)
+            )
+            return list(rows.all())
+
+    async def calls_by_tool_call_id(self, run_id: str, tool_call_ids: Sequence[str]) -> dict[str, ToolCallRow]:
+        async with self.db.sessions() as session:
+            rows = await session.scalars(
+                select(ToolCallRow).where(ToolCallRow.run_id == run_id, ToolCallRow.tool_call_id.in_(tool_call_ids))
+            )
+            return {row.tool_call_id: row for row in rows}
+
+    async def decisions_for(self, call_id: str) -> list[DecisionRow]:
+        async with self.db.sessions() as session:
+            rows = await session.scalars(
+                select(DecisionRow).where(DecisionRow.call_id == call_id).order_by(DecisionRow.id)
+            )
+            return list(rows.all())
+
+    async def tool_definition(self, version: str) -> ToolDefinition:
+        async with self.db.sessions() as session:
+            row = await session.get(ToolDefinitionRow, version)
+            if row is None:
+                raise NotFound(f"No tool definition {version!r}")
+            return ToolDefinition(**row.definition)
+
+    async def list_calls(
+        self,
+        *,
+        status: str | None = "pending",
+        agent_name: str | None = None,
+        tool_name: str | None = None,
+        search: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Page[ToolCallRow]:
+        """The inbox: calls oldest first, filtered, one keyset page at a time."""
+        limit = max(1, min(limit, MAX_PAGE))
+        query = select(ToolCallRow).order_by(ToolCallRow.created_at, ToolCallRow.id).limit(limit + 1)
+        if status:
+            query = query.where(ToolCallRow.status == status)
+        if agent_name:
+            query = query.where(ToolCallRow.agent_name == agent_name)
+        if tool_name:
+            query = query.where(ToolCallRow.tool_name == tool_name)
+        if search:
+            pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            query = query.where(cast(ToolCallRow.args, String).ilike(pattern, escape="\\"))
+        if after:
+            created_at, call_id = decode_cursor(after, [dt.datetime, str])
+            query = query.where(tuple_(ToolCallRow.created_at, ToolCallRow.id) > tuple_(created_at, call_id))
+        async with self.db.sessions() as session:
+            rows = list((await session.scalars(query)).all())
+        return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
+
+    async def count_calls_by_status(
+        self, *, agent_name: str | None = None, tool_name: str | None = None
+    ) -> dict[str, int]:
+        query = select(ToolCallRow.status, func.count()).group_by(ToolCallRow.status)
+        if agent_name:
+            query = query.where(ToolCallRow.agent_name == agent_name)
+        if tool_name:
+            query = query.where(ToolCallRow.tool_name == tool_name)
+        async with self.db.sessions() as session:
+            return {status: count for status, count in await session.execute(query)}
+
+    async def list_runs(
+        self, *, status: str | None = None, agent_name: str | None = None, after: str | None = None, limit: int = 50
+    ) -> Page[RunRow]:
+        """Runs, newest first."""
+        limit = max(1, min(limit, MAX_PAGE))
+        query = select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit + 1)
+        if status:
+            query = query.where(RunRow.status == status)
+        if agent_name:
+            query = query.where(RunRow.agent_name == agent_name)
+        if after:
+            created_at, run_id = decode_cursor(after, [dt.datetime, str])
+            query = query.where(tuple_(RunRow.created_at, RunRow.id) < tuple_(created_at, run_id))
+        async with self.db.sessions() as session:
+            rows = list((await session.scalars(query)).all())
+        return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
+
+    async def audit_events(
+        self,
+        *,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        agent_name: str | None = None,
+        tool_name: str | None = None,
+        run_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+    ) -> Page[AuditEventRow]:
+        """Audit events matching every given filter."""
+        limit = max(1, min(limit, 10_000))
+        order = AuditEventRow.id.desc() if newest_first else AuditEventRow.id
+        query = select(AuditEventRow).order_by(order).limit(limit + 1)
+        for column, value in (
+            (AuditEventRow.actor, actor),
+            (AuditEventRow.action, action),
+            (AuditEventRow.agent_name, agent_name),
+            (AuditEventRow.tool_name, tool_name),
+            (AuditEventRow.run_id, run_id),
+        ):
+            if value:
+                query = query.where(column == value)
+        if since:
+            query = query.where(AuditEventRow.at >= since)
+        if until:
+            query = query.where(AuditEventRow.at < until)
+        if after:
+            (last_id,) = decode_cursor(after, [int])
+            query = query.where(AuditEventRow.id < last_id if newest_first else AuditEventRow.id > last_id)
+        async with self.db.sessions() as session:
+            rows = list((await session.scalars(query)).all())
+        return _page(rows, limit, lambda r: encode_cursor(r.id))
+
+    async def verify_audit(self) -> AuditVerification:
+        """Check the audit log's hash chain end to end."""
+        async with self.db.sessions() as session:
+            return await verify_audit_chain(session)
+
+
+def _page(rows: list[T], limit: int, cursor_of: Any) -> Page[T]:
+    if len(rows) > limit:
+        return Page(items=rows[:limit], next_cursor=cursor_of(rows[limit - 1]))
+    return Page(items=rows, next_cursor=None)

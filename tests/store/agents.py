@@ -1,0 +1,60 @@
+"""Agents the store tests resume, importable by path from a worker in another process."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from approvals import Agent, RunContext, Tool
+from approvals.models import TestModel
+
+STEP: list[tuple[str, dict[str, Any] | str]] = [
+    ("lookup_order", {"order_id": "A-1"}),
+    ("refund", {"order_id": "A-1", "amount": "450"}),
+    ("delete_customer", {"customer_id": 7}),
+]
+
+shop_agent: Agent[dict[str, Any]] = Agent(TestModel([STEP]), name="shop", instructions="You run a shop.")
+
+
+def _log(ctx: RunContext[dict[str, Any]], line: str) -> None:
+    """Append to the file named in the deps, so tests in any process can see what ran."""
+    with Path(ctx.deps["log"]).open("a") as log:
+        log.write(line + "\n")
+
+
+@shop_agent.tool_plain
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order."""
+    return {"order_id": order_id, "total": "450.00"}
+
+
+@shop_agent.tool(requires_approval=lambda ctx, args: args.amount > 100)
+def refund(ctx: RunContext[dict[str, Any]], order_id: str, amount: Decimal) -> str:
+    """Refund an order."""
+    _log(ctx, f"refund {order_id} {amount}")
+    if ctx.deps.get("crash_in_refund"):
+        os._exit(17)  # the worker dies mid-call, like a kill -9
+    return f"refunded {amount}"
+
+
+@shop_agent.tool(requires_approval=True, approvals_required=2)
+def delete_customer(ctx: RunContext[dict[str, Any]], customer_id: int) -> str:
+    """Delete a customer; two people must agree."""
+    _log(ctx, f"delete {customer_id}")
+    return "deleted"
+
+
+def send_email(ctx: RunContext[dict[str, Any]], to: str, body: str) -> str:
+    """Send an email."""
+    _log(ctx, f"email {to}")
+    return "sent"
+
+
+email_agent: Agent[dict[str, Any]] = Agent(
+    TestModel([("send_email", {"to": "ann@example.com", "body": "Hello"})]),
+    name="mailer",
+    tools=[Tool(send_email, requires_approval=True, approval_ttl=60)],
+)

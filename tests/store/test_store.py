@@ -1,0 +1,235 @@
+"""The store's operations, on SQLite and PostgreSQL: pause, decide, quorum, conflicts, expiry, audit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from approvals import Conflict, Forbidden, NotFound
+from approvals.resumer import AgentRegistry, Resumer
+from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
+from approvals.store.models import ToolCallRow
+
+from .agents import email_agent, shop_agent
+from .conftest import execute
+
+pytestmark = pytest.mark.anyio
+
+SERVICE = Actor("svc-checkout", "reviewer")
+ALICE = Actor("alice", "reviewer")
+BOB = Actor("bob", "reviewer")
+VIEWER = Actor("victor", "viewer")
+ADMIN = Actor("ada", "admin")
+
+
+def registry() -> AgentRegistry:
+    return AgentRegistry([shop_agent, email_agent])
+
+
+async def paused_shop_run(store: Store, tmp_path: Path, **deps: Any) -> tuple[str, dict[str, ToolCallRow]]:
+    run_id = await store.start_run(
+        "shop", "refund A-1, delete customer 7", actor=SERVICE, deps={"log": str(tmp_path / "log"), **deps}
+    )
+    assert await Resumer(store, registry(), worker_id="w1").resume() == run_id
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    return run_id, calls
+
+
+def tool_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_a_run_pauses_with_its_calls_stored(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    run = await store.get_run(run_id)
+    assert run.status == "awaiting_approval"
+    assert run.lease_owner is None
+    assert set(calls) == {"refund", "delete_customer"}
+    refund = calls["refund"]
+    assert refund.status == "pending"
+    assert refund.args == {"order_id": "A-1", "amount": "450"}
+    assert len(refund.args_digest) == 64
+    assert calls["delete_customer"].approvals_required == 2
+    definition = await store.tool_definition(refund.tool_version)
+    assert definition.name == "refund" and definition.description == "Refund an order."
+    history = await store.load_history(run_id)
+    assert [m.kind for m in history] == ["request", "response", "request"]  # lookup ran, its result is stored
+    assert tool_log(tmp_path) == []
+
+
+async def test_decisions_make_the_run_ready_and_it_completes(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, Approve(args_digest=calls["refund"].args_digest), actor=ALICE)
+    assert (await store.get_run(run_id)).status == "awaiting_approval"  # delete still waits
+    first = await store.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+    assert first.status == "pending"  # one of two approvals
+    second = await store.decide(calls["delete_customer"].id, Approve(), actor=BOB)
+    assert second.status == "approved"
+    assert (await store.get_run(run_id)).status == "ready"
+
+    assert await Resumer(store, registry(), worker_id="w2").resume() == run_id
+    run = await store.get_run(run_id)
+    assert run.status == "completed"
+    assert run.output.startswith('Done. refund returned "refunded 450"; delete_customer returned "deleted"')
+    assert sorted(tool_log(tmp_path)) == ["delete 7", "refund A-1 450"]
+    statuses = {c.tool_name: (c.status, c.result) for c in await store.run_calls(run_id)}
+    assert statuses == {"refund": ("succeeded", "refunded 450"), "delete_customer": ("succeeded", "deleted")}
+    decisions = await store.decisions_for(calls["delete_customer"].id)
+    assert [d.actor for d in decisions] == ["alice", "bob"]
+    assert all(d.consumed_at is not None for d in decisions)
+
+
+async def test_deny_edit_and_answer(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, EditAndApprove(args={"order_id": "A-1", "amount": "99.00"}), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="Open orders."), actor=BOB)
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert run.status == "completed"
+    assert "delete_customer was denied (Open orders.)" in run.output
+    assert tool_log(tmp_path) == ["refund A-1 99.00"]
+
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, Answer(content="Refunded by phone."), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="No."), actor=ALICE)
+    await Resumer(store, registry()).resume(run_id)
+    assert 'refund returned "Refunded by phone."' in (await store.get_run(run_id)).output
+    assert tool_log(tmp_path) == ["refund A-1 99.00"]  # the answered refund did not run
+
+
+async def test_decision_on_a_decided_call_is_a_conflict_naming_who(store: Store, tmp_path: Path) -> None:
+    _, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, Deny(reason="Too much."), actor=ALICE)
+    with pytest.raises(Conflict, match="it was denied by alice") as err:
+        await store.decide(calls["refund"].id, Approve(), actor=BOB)
+    assert err.value.decided_by == "alice"
+    assert (await store.get_call(calls["refund"].id)).status == "denied"
+
+
+async def test_two_reviewers_at_once_exactly_one_wins(store: Store, tmp_path: Path) -> None:
+    _, calls = await paused_shop_run(store, tmp_path)
+    outcomes: list[str] = []
+
+    async def decide(actor: Actor, verdict: Any) -> None:
+        try:
+            await store.decide(calls["refund"].id, verdict, actor=actor)
+            outcomes.append(f"{actor.id} won")
+        except Conflict:
+            outcomes.append(f"{actor.id} conflict")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(decide, ALICE, Approve())
+        group.start_soon(decide, BOB, Deny(reason="no"))
+    assert sorted(o.split()[1] for o in outcomes) == ["conflict", "won"]
+    call = await store.get_call(calls["refund"].id)
+    winner = next(o.split()[0] for o in outcomes if o.endswith("won"))
+    assert call.decided_by == winner
+    assert len(await store.decisions_for(call.id)) == 1
+
+
+async def test_approval_is_bound_to_the_arguments_seen(store: Store, tmp_path: Path) -> None:
+    _, calls = await paused_shop_run(store, tmp_path)
+    with pytest.raises(Conflict, match="changed since you loaded them"):
+        await store.decide(calls["refund"].id, Approve(args_digest="f" * 64), actor=ALICE)
+    # an edit restarts the quorum: bob's approval of the old arguments no longer counts
+    delete = calls["delete_customer"]
+    await store.decide(delete.id, Approve(args_digest=delete.args_digest), actor=BOB)
+    edited = await store.decide(delete.id, EditAndApprove(args={"customer_id": 8}), actor=ALICE)
+    assert edited.status == "pending"
+    with pytest.raises(Conflict, match="changed since you loaded them"):
+        await store.decide(delete.id, Approve(args_digest=delete.args_digest), actor=BOB)
+    approved = await store.decide(delete.id, Approve(args_digest=edited.override_digest), actor=BOB)
+    assert approved.status == "approved"
+
+
+async def test_roles_and_own_runs(store: Store, tmp_path: Path) -> None:
+    _, calls = await paused_shop_run(store, tmp_path)
+    with pytest.raises(Forbidden, match="may not decide"):
+        await store.decide(calls["refund"].id, Approve(), actor=VIEWER)
+    with pytest.raises(Forbidden, match="started this run"):
+        await store.decide(calls["refund"].id, Approve(), actor=SERVICE)
+    await store.decide(calls["refund"].id, Deny(reason="Not mine to approve."), actor=SERVICE)  # denying is allowed
+    with pytest.raises(Forbidden, match="needs a reason"):
+        await store.decide(calls["delete_customer"].id, Deny(reason="  "), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+    with pytest.raises(Conflict, match="already approved"):
+        await store.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+    with pytest.raises(NotFound):
+        await store.decide("nope", Approve(), actor=ALICE)
+
+
+async def test_expiry_denies_and_the_model_reads_it(store: Store, tmp_path: Path) -> None:
+    run_id = await store.start_run("mailer", "email ann", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, registry()).resume(run_id)
+    [call] = await store.run_calls(run_id)
+    assert call.expires_at is not None
+    assert await store.expire(now=call.expires_at - dt.timedelta(seconds=1)) == 0
+    assert await store.expire(now=call.expires_at + dt.timedelta(seconds=1)) == 1
+    call = await store.get_call(call.id)
+    assert call.status == "expired"
+    assert call.denial_reason == "No one decided within 60 seconds, so the request expired and the call was not run."
+    assert (await store.get_run(run_id)).status == "ready"
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert run.status == "completed"
+    assert "send_email was denied (No one decided within 60 seconds" in run.output
+    assert tool_log(tmp_path) == []
+
+
+async def test_cancel_needs_an_admin(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    with pytest.raises(Forbidden):
+        await store.cancel_run(run_id, actor=ALICE)
+    await store.cancel_run(run_id, actor=ADMIN, reason="wrong customer")
+    assert (await store.get_run(run_id)).status == "cancelled"
+    assert {c.status for c in await store.run_calls(run_id)} == {"cancelled"}
+    with pytest.raises(Conflict, match="no longer waiting"):
+        await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    with pytest.raises(Conflict, match="already ended"):
+        await store.cancel_run(run_id, actor=ADMIN)
+
+
+async def test_inbox_keyset_pagination_and_filters(store: Store, tmp_path: Path) -> None:
+    for _ in range(3):
+        await paused_shop_run(store, tmp_path)
+    first = await store.list_calls(limit=4)
+    assert len(first.items) == 4 and first.next_cursor is not None
+    second = await store.list_calls(limit=4, after=first.next_cursor)
+    assert len(second.items) == 2 and second.next_cursor is None
+    ids = [c.id for c in first.items + second.items]
+    assert len(set(ids)) == 6
+    created = [c.created_at for c in first.items + second.items]
+    assert created == sorted(created)
+    assert {c.tool_name for c in (await store.list_calls(tool_name="refund")).items} == {"refund"}
+    assert len((await store.list_calls(search='"A-1"')).items) == 3
+    assert (await store.list_calls(search="no such text")).items == []
+    assert await store.count_calls_by_status() == {"pending": 6}
+
+
+async def test_every_change_is_audited_and_tampering_is_detected(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, Deny(reason="Too much."), actor=ALICE)
+    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    actions = [e.action for e in events]
+    assert actions[:3] == ["run.started", "run.resumed", "call.requested"]
+    assert "run.paused" in actions and actions[-1] == "call.denied"
+    assert events[-1].actor == "alice" and events[-1].details == {"reason": "Too much."}
+    verification = await store.verify_audit()
+    assert verification.ok and verification.checked == len(events)
+
+    await execute(store, "UPDATE audit_events SET actor = 'mallory' WHERE id = :id", id=events[-1].id)
+    broken = await store.verify_audit()
+    assert not broken.ok and broken.first_bad_id == events[-1].id
+    assert "changed after it was written" in (broken.problem or "")
+
+    await execute(store, "UPDATE audit_events SET actor = 'alice' WHERE id = :id", id=events[-1].id)
+    assert (await store.verify_audit()).ok
+    await execute(store, "DELETE FROM audit_events WHERE id = :id", id=events[2].id)
+    deleted = await store.verify_audit()
+    assert not deleted.ok and deleted.first_bad_id == events[3].id
+    assert "deleted or reordered" in (deleted.problem or "")

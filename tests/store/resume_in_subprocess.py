@@ -1,0 +1,29 @@
+"""Resume one run in a separate process: a fresh engine and a fresh agent object.
+
+Usage: python -m tests.store.resume_in_subprocess DATABASE_URL RUN_ID LEASE_SECONDS
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from approvals.resumer import AgentRegistry, Resumer
+from approvals.store import Database, Store
+
+
+async def main(url: str, run_id: str, lease_seconds: str) -> None:
+    database = Database(url)
+    registry = AgentRegistry()
+    registry.load("tests.store.agents:shop_agent")
+    registry.load("tests.store.agents:email_agent")
+    resumed = await Resumer(
+        Store(database), registry, worker_id="subprocess", lease_seconds=float(lease_seconds)
+    ).resume(run_id)
+    await database.dispose()
+    print(f"resumed {resumed}")
+
+
+if __name__ == "__main__":
+    anyio.run(main, *sys.argv[1:4])

@@ -1,0 +1,160 @@
+"""Resuming runs across processes, racing workers, a worker killed mid-call, and wake-ups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from approvals import LeaseLost
+from approvals.resumer import AgentRegistry, Resumer, run_worker
+from approvals.store import Actor, Answer, Approve, Database, Deny, Store
+
+from .agents import email_agent, shop_agent
+
+pytestmark = pytest.mark.anyio
+
+SERVICE = Actor("svc", "reviewer")
+ALICE = Actor("alice", "reviewer")
+BOB = Actor("bob", "reviewer")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def registry() -> AgentRegistry:
+    return AgentRegistry([shop_agent, email_agent])
+
+
+def resume_in_subprocess(db_url: str, run_id: str, lease_seconds: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.store.resume_in_subprocess", db_url, run_id, str(lease_seconds)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def tool_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_paused_in_one_process_resumed_in_another(store: Store, db_url: str, tmp_path: Path) -> None:
+    run_id = await store.start_run("shop", "refund and delete", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    first = resume_in_subprocess(db_url, run_id)
+    assert first.returncode == 0, first.stderr
+    assert (await store.get_run(run_id)).status == "awaiting_approval"
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="Keep the customer."), actor=ALICE)
+
+    second = resume_in_subprocess(db_url, run_id)
+    assert second.returncode == 0, second.stderr
+    run = await store.get_run(run_id)
+    assert run.status == "completed"
+    assert "delete_customer was denied (Keep the customer.)" in run.output
+    assert tool_log(tmp_path) == ["refund A-1 450"]
+
+
+async def test_two_workers_race_for_one_run_and_exactly_one_executes(db_url: str, tmp_path: Path) -> None:
+    databases = [Database(db_url), Database(db_url)]
+    stores = [Store(d) for d in databases]
+    try:
+        run_id = await stores[0].start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+        await Resumer(stores[0], registry()).resume(run_id)
+        calls = {c.tool_name: c for c in await stores[0].run_calls(run_id)}
+        await stores[0].decide(calls["refund"].id, Approve(), actor=ALICE)
+        await stores[0].decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+        await stores[1].decide(calls["delete_customer"].id, Approve(), actor=BOB)
+
+        claimed: list[str | None] = []
+
+        async def work(index: int) -> None:
+            claimed.append(await Resumer(stores[index], registry(), worker_id=f"w{index}").resume())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(work, 0)
+            group.start_soon(work, 1)
+        assert sorted(claimed, key=str) == sorted([run_id, None], key=str)
+        assert sorted(tool_log(tmp_path)) == ["delete 7", "refund A-1 450"]  # each approved call ran once
+        assert (await stores[0].get_run(run_id)).status == "completed"
+    finally:
+        for database in databases:
+            await database.dispose()
+
+
+async def test_worker_killed_mid_call_leaves_outcome_unknown_and_never_reruns(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    run_id = await store.start_run(
+        "shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log"), "crash_in_refund": True}
+    )
+    await Resumer(store, registry()).resume(run_id)
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=ALICE)
+
+    crashed = resume_in_subprocess(db_url, run_id, lease_seconds=0.5)
+    assert crashed.returncode == 17  # the tool killed its worker after starting the refund
+    assert tool_log(tmp_path) == ["refund A-1 450"]
+    assert (await store.get_call(calls["refund"].id)).status == "executing"
+
+    await anyio.sleep(0.6)  # the dead worker's lease runs out
+    assert await Resumer(store, registry(), worker_id="rescuer").resume() is None  # nothing safe to run
+    refund = await store.get_call(calls["refund"].id)
+    assert refund.status == "outcome_unknown"
+    assert (await store.get_run(run_id)).status == "awaiting_approval"
+
+    await store.decide(refund.id, Answer(content="Refund confirmed in the payment system."), actor=BOB)
+    assert await Resumer(store, registry()).resume() == run_id
+    run = await store.get_run(run_id)
+    assert run.status == "completed"
+    assert "Refund confirmed in the payment system." in run.output
+    assert tool_log(tmp_path) == ["refund A-1 450"]  # never called a second time
+    actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
+    assert "call.outcome_unknown" in actions
+
+
+async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path: Path) -> None:
+    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    claimed = await store.claim("slow-worker", lease_seconds=0.2)
+    assert claimed is not None and claimed.run_id == run_id
+    await anyio.sleep(0.3)
+    assert await store.claim("fast-worker", lease_seconds=60) is not None
+    with pytest.raises(LeaseLost):
+        await store.append_step(run_id, "slow-worker", [])
+    with pytest.raises(LeaseLost):
+        await store.finish(run_id, "slow-worker", [], output="late")
+
+
+async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path: Path) -> None:
+    worker_db, reviewer_db = Database(db_url), Database(db_url)
+    worker_store = Store(worker_db)
+    # SQLite serves one process: reviewer and worker share its in-process notifier
+    reviewer_store = Store(reviewer_db, worker_store.notifier if worker_db.is_sqlite else None)
+    stop = anyio.Event()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                lambda: run_worker(worker_store, registry(), poll_interval=3600, expire_interval=3600, stop=stop)
+            )
+            await anyio.sleep(0.2)  # the worker is listening
+            with anyio.fail_after(20):  # far below the hour-long poll interval
+                run_id = await reviewer_store.start_run(
+                    "mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")}
+                )
+                while (await reviewer_store.get_run(run_id)).status != "awaiting_approval":
+                    await anyio.sleep(0.02)
+                [call] = await reviewer_store.run_calls(run_id)
+                await reviewer_store.decide(call.id, Approve(), actor=ALICE)
+                while (await reviewer_store.get_run(run_id)).status != "completed":
+                    await anyio.sleep(0.02)
+            stop.set()
+        assert tool_log(tmp_path) == ["email ann@example.com"]
+    finally:
+        await worker_db.dispose()
+        await reviewer_db.dispose()

@@ -22,8 +22,9 @@ async def main(url: str, run_id: str, lease_seconds: str) -> None:
         Store(database), registry, worker_id="subprocess", lease_seconds=float(lease_seconds)
     ).resume(run_id)
     await database.dispose()
-    print(f"resumed {resumed}")
+    sys.stdout.write(f"resumed {resumed}\n")
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    url, run_id, lease_seconds = sys.argv[1:4]
+    anyio.run(main, url, run_id, lease_seconds)

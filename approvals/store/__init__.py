@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ._base import SYSTEM, Actor, Role
+from .accounts import AccountOps
 from .db import Database, normalize_url
 from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
 from .lifecycle import ClaimedRun, RunLifecycle
@@ -35,5 +36,5 @@ __all__ = (
 )
 
 
-class Store(RunLifecycle, DecisionOps, Queries):
+class Store(RunLifecycle, DecisionOps, Queries, AccountOps):
     """All store operations over one database."""

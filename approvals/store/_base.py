@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ..exceptions import LeaseLost, NotFound
 from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message
 from ..tools import ToolDefinition
-from .audit import append_event
+from .audit import AuditEvent, append_events
 from .db import Database
 from .models import MessageRow, RunRow, ToolDefinitionRow
 from .notify import Notifier
@@ -53,13 +53,15 @@ class Transaction:
         self.session = session
         self._notifier = notifier
         self.announcements: list[tuple[str, str]] = []
+        self.events: list[AuditEvent] = []
 
     async def announce(self, channel: str, payload: str) -> None:
         self.announcements.extend(await self._notifier.announce(self.session, channel, payload))
 
     async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
-        await append_event(
-            self.session, actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields
+        """Record an event; it is chained and written when the transaction ends."""
+        self.events.append(
+            AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields)
         )
 
 
@@ -76,6 +78,8 @@ class StoreBase:
         async with self.db.sessions() as session, session.begin():
             tx = Transaction(session, self.notifier)
             yield tx
+            await session.flush()  # the state change first, so the audit lock is held only until commit
+            await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._canonical import canonical_json
 from .models import AuditEventRow
 
-__all__ = ("GENESIS_HASH", "AuditVerification", "append_event", "event_hash", "verify_audit_chain")
+__all__ = (
+    "GENESIS_HASH",
+    "AuditEvent",
+    "AuditVerification",
+    "append_event",
+    "append_events",
+    "event_hash",
+    "verify_audit_chain",
+)
 
 GENESIS_HASH = "0" * 64
 _AUDIT_LOCK_KEY = 7_310_512_001  # any constant; names the PostgreSQL advisory lock for appends
@@ -42,39 +50,72 @@ def event_hash(prev_hash: str, row: AuditEventRow) -> str:
     return hashlib.sha256((prev_hash + canonical_json(content)).encode()).hexdigest()
 
 
-async def append_event(
-    session: AsyncSession,
-    *,
-    actor: str,
-    action: str,
-    subject_type: str,
-    subject_id: str,
-    run_id: str | None = None,
-    agent_name: str | None = None,
-    tool_name: str | None = None,
-    details: dict[str, Any] | None = None,
-    at: dt.datetime | None = None,
-) -> AuditEventRow:
-    """Add an event to the chain inside the caller's transaction."""
+@dataclass(frozen=True)
+class AuditEvent:
+    """An event to be chained and written at the end of its transaction."""
+
+    actor: str
+    action: str
+    subject_type: str
+    subject_id: str
+    run_id: str | None = None
+    agent_name: str | None = None
+    tool_name: str | None = None
+    details: dict[str, Any] | None = None
+    at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
+    """Chain and insert events as the transaction's last statements.
+
+    The chain has one head, so appends are serialized: an advisory lock on PostgreSQL
+    (held until commit, which follows at once), `BEGIN IMMEDIATE` on SQLite.
+    """
+    if not events:
+        return
     if session.get_bind().dialect.name == "postgresql":
         await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _AUDIT_LOCK_KEY})
-    prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1))
-    row = AuditEventRow(
-        at=at or dt.datetime.now(dt.UTC),
-        actor=actor,
-        action=action,
-        subject_type=subject_type,
-        subject_id=subject_id,
-        run_id=run_id,
-        agent_name=agent_name,
-        tool_name=tool_name,
-        details=details,
-        prev_hash=prev or GENESIS_HASH,
-        hash="",
-    )
-    row.hash = event_hash(row.prev_hash, row)
-    session.add(row)
-    return row
+    prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)) or GENESIS_HASH
+    rows = []
+    for event in events:
+        row = AuditEventRow(
+            at=event.at,
+            actor=event.actor,
+            action=event.action,
+            subject_type=event.subject_type,
+            subject_id=event.subject_id,
+            run_id=event.run_id,
+            agent_name=event.agent_name,
+            tool_name=event.tool_name,
+            details=event.details,
+            prev_hash=prev,
+            hash="",
+        )
+        row.hash = prev = event_hash(row.prev_hash, row)
+        rows.append(
+            {
+                c: getattr(row, c)
+                for c in (
+                    "at",
+                    "actor",
+                    "action",
+                    "subject_type",
+                    "subject_id",
+                    "run_id",
+                    "agent_name",
+                    "tool_name",
+                    "details",
+                    "prev_hash",
+                    "hash",
+                )
+            }
+        )
+    await session.execute(insert(AuditEventRow), rows)
+
+
+async def append_event(session: AsyncSession, **fields: Any) -> None:
+    """Chain and insert one event now (for callers outside the store's transactions)."""
+    await append_events(session, [AuditEvent(**fields)])
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,9 @@ class Database:
         self.dialect = self.url.get_backend_name()
         options: dict[str, Any] = {"echo": echo}
         if self.dialect == "postgresql":
-            options.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            # no pre-ping: it costs a round trip per transaction; recycle instead, and a dropped
+            # connection fails one operation, which callers see as an error, not as lost data
+            options.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         if self.is_sqlite:
             _configure_sqlite(self.engine)

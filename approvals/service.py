@@ -1,0 +1,77 @@
+"""The application's front door: what the web app, the API and the CLI call.
+
+It joins the store (durable state) with the agent registry (the tools' validators), so a
+reviewer's edited arguments are checked by the same validator that checked the model's,
+a run can only be started for an agent this process knows, and a resume can be run on
+the spot and waited for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ._canonical import digest
+from .exceptions import InvalidEdit, NotFound, ToolRetryError
+from .resumer import AgentRegistry, Resumer
+from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
+from .store.models import RunRow, ToolCallRow
+
+__all__ = ("ApprovalService",)
+
+_SETTLED = ("awaiting_approval", "completed", "failed", "cancelled")
+
+
+class ApprovalService:
+    """Starting runs, deciding calls and resuming runs, with validation and permissions."""
+
+    def __init__(self, store: Store, registry: AgentRegistry, *, worker_id: str | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.resumer = Resumer(store, registry, worker_id=worker_id)
+
+    async def start_run(self, agent_name: str, prompt: str, *, actor: Actor, deps: Any = None) -> str:
+        """Queue a run of a registered agent; returns its id."""
+        self.registry.get(agent_name)  # NotFound for an agent this deployment does not know
+        return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps)
+
+    def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
+        """A reviewer's edited arguments, checked by the tool's own validator; `InvalidEdit` lists field errors."""
+        try:
+            tool = self.registry.get(call.agent_name).agent.tools[call.tool_name]
+        except (NotFound, KeyError):
+            raise NotFound(
+                f"Tool {call.tool_name!r} of agent {call.agent_name!r} is not available to validate edits"
+            ) from None
+        try:
+            validated = tool.validate_args(args if isinstance(args, dict | str) else {})
+        except ToolRetryError as exc:
+            raise InvalidEdit(call.tool_name, exc.errors, exc.message) from None
+        return tool.dump_args(validated)
+
+    async def decide(self, call_id: str, verdict: Verdict, *, actor: Actor) -> ToolCallRow:
+        """Record a verdict; edits are validated first and nothing is saved when they fail."""
+        if isinstance(verdict, EditAndApprove):
+            call = await self.store.get_call(call_id)
+            verdict = EditAndApprove(args=self.validate_edit(call, verdict.args), args_digest=verdict.args_digest)
+        return await self.store.decide(call_id, verdict, actor=actor)
+
+    async def resume_now(self, run_id: str, *, wait: float = 30.0) -> RunRow:
+        """Continue a ready run in this process, waiting up to `wait` seconds for it to settle.
+
+        If another worker already holds the run, wait for that worker instead.
+        """
+        async with self.store.notifier.listen(RUNS_CHANNEL) as changes:
+            with anyio.move_on_after(wait):
+                await self.resumer.resume(run_id)
+                while (await self.store.get_run(run_id)).status not in _SETTLED:
+                    with anyio.move_on_after(1.0):  # a missed wake-up costs at most a second
+                        while await changes.receive() != run_id:
+                            pass
+        return await self.store.get_run(run_id)
+
+    @staticmethod
+    def args_digest(args: dict[str, Any]) -> str:
+        """The digest a reviewer's client sends back to bind an approval to what it showed."""
+        return digest(args)

@@ -1,0 +1,257 @@
+"""The durable store under load: write cost per step, pause latency, wake-up latency, throughput.
+
+Targets (issue 4):
+- bytes written per step stay the size of the step's new messages at any history length;
+- a pause costs under 3 ms on PostgreSQL at any history length;
+- a decision wakes the resumer in under 50 ms (LISTEN/NOTIFY, no polling sleep);
+- at least 700 decisions/s and 300 resumes/s (no-op model) with 4 workers on PostgreSQL.
+
+Needs the local PostgreSQL (APPROVALS_BENCH_PG_URL, default postgresql://postgres@127.0.0.1/postgres);
+creates and drops its own databases.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from approvals import Agent, Tool  # noqa: E402
+from approvals.deferred import DeferredToolCall, DeferredToolRequests  # noqa: E402
+from approvals.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, dump_message  # noqa: E402
+from approvals.models import TestModel  # noqa: E402
+from approvals.resumer import AgentRegistry, Resumer, run_worker  # noqa: E402
+from approvals.store import Actor, Approve, Database, Store  # noqa: E402
+from approvals.store.migrate import upgrade  # noqa: E402
+
+PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+SERVICE = Actor("svc", "reviewer")
+
+
+def act(n: int) -> int:
+    """Do nothing much."""
+    return n
+
+
+bench_agent: Agent[None] = Agent(
+    TestModel([("act", {"n": 1})], final_text="ok"), name="bench", tools=[Tool(act, requires_approval=True)]
+)
+
+
+def step_messages(i: int) -> list[ModelRequest | ModelResponse]:
+    call_id = f"c{i}"
+    return [
+        ModelResponse(parts=[ToolCallPart(tool_name="lookup", args={"order_id": f"A-{i}"}, tool_call_id=call_id)]),
+        ModelRequest(parts=[ToolReturnPart(tool_name="lookup", content={"total": "10.00"}, tool_call_id=call_id)]),
+    ]
+
+
+def deferred(i: int) -> DeferredToolRequests:
+    definition = bench_agent.tools["act"].tool_def
+    return DeferredToolRequests(
+        approvals=[DeferredToolCall(tool_name="act", tool_call_id=f"d{i}", args={"n": i}, args_digest="0" * 64, tool_def=definition)]
+    )
+
+
+def create_pg_database() -> str:
+    name = f"approvals_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    return url
+
+
+def drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def wal_lsn(store: Store) -> int | None:
+    if not store.db.is_postgres:
+        return None
+    async with store.db.engine.connect() as conn:
+        return int(await conn.scalar(text("SELECT pg_current_wal_lsn() - '0/0'")))
+
+
+async def run_with_history(store: Store, messages: int) -> str:
+    run_id = await store.start_run("bench", "go", actor=SERVICE)
+    await store.claim("bench-worker", run_id=run_id, lease_seconds=3600)
+    steps = [m for i in range(messages // 2) for m in step_messages(i)]
+    for start in range(0, len(steps), 200):
+        await store.append_step(run_id, "bench-worker", steps[start : start + 200], lease_seconds=3600)
+    return run_id
+
+
+async def bench_steps(url: str, label: str) -> None:
+    database = Database(url)
+    store = Store(database)
+    print(f"\n[{label}] per step (2 new messages) as history grows")
+    for history in (10, 100, 1000):
+        run_id = await run_with_history(store, history)
+        times, wal = [], []
+        payload = sum(len(str(dump_message(m))) for m in step_messages(10_000))
+        for i in range(30):
+            before = await wal_lsn(store)
+            start = time.perf_counter()
+            await store.append_step(run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600)
+            times.append(time.perf_counter() - start)
+            after = await wal_lsn(store)
+            if before is not None and after is not None:
+                wal.append(after - before)
+        wal_text = f"   WAL written {statistics.median(wal):7.0f} B" if wal else ""
+        print(
+            f"  history {history:5d} msgs: append {statistics.median(times) * 1e3:6.2f} ms (p50)"
+            f"   payload {payload} B{wal_text}"
+        )
+    print(f"[{label}] pause latency (messages + pending call + status + audit, one transaction)")
+    for history in (10, 100, 1000):
+        samples = []
+        for i in range(15):
+            run_id = await run_with_history(store, history)
+            start = time.perf_counter()
+            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i))
+            samples.append(time.perf_counter() - start)
+        print(f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms   max {max(samples) * 1e3:6.2f} ms")
+    await database.dispose()
+
+
+async def bench_wakeup(url: str, label: str) -> None:
+    worker_db, reviewer_db = Database(url), Database(url)
+    worker_store = Store(worker_db)
+    reviewer_store = Store(reviewer_db, worker_store.notifier if worker_db.is_sqlite else None)
+    claimed_at: dict[str, float] = {}
+    original_claim = worker_store.claim
+
+    async def timed_claim(*args: Any, **kwargs: Any) -> Any:
+        result = await original_claim(*args, **kwargs)
+        if result is not None:
+            claimed_at[result.run_id] = time.perf_counter()
+        return result
+
+    worker_store.claim = timed_claim  # type: ignore[method-assign]
+    registry = AgentRegistry([bench_agent])
+    latencies = []
+    stop = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: run_worker(worker_store, registry, poll_interval=3600, expire_interval=3600, stop=stop))
+        await anyio.sleep(0.3)
+        for _ in range(20):
+            run_id = await reviewer_store.start_run("bench", "go", actor=SERVICE)
+            while (await reviewer_store.get_run(run_id)).status != "awaiting_approval":
+                await anyio.sleep(0.005)
+            [call] = await reviewer_store.run_calls(run_id)
+            await reviewer_store.decide(call.id, Approve(), actor=Actor("alice", "reviewer"))
+            decided = time.perf_counter()
+            while run_id not in claimed_at or (await reviewer_store.get_run(run_id)).status != "completed":
+                await anyio.sleep(0.005)
+            latencies.append(claimed_at[run_id] - decided)
+        stop.set()
+    print(
+        f"[{label}] decision -> resumer claims the run: p50 {statistics.median(latencies) * 1e3:.1f} ms, "
+        f"max {max(latencies) * 1e3:.1f} ms (poll interval 3600 s, so this is the wake-up)"
+    )
+    await worker_db.dispose()
+    await reviewer_db.dispose()
+
+
+def _decide_worker(url: str, call_ids: list[str], actor: str, barrier: Any) -> None:
+    async def main() -> None:
+        database = Database(url)
+        store = Store(database)
+        barrier.wait()
+        for call_id in call_ids:
+            await store.decide(call_id, Approve(), actor=Actor(actor, "reviewer"))
+        await database.dispose()
+
+    anyio.run(main)
+
+
+def _resume_worker(url: str, index: int, barrier: Any) -> None:
+    async def main() -> None:
+        database = Database(url, pool_size=2)
+        store = Store(database)
+        resumer = Resumer(store, AgentRegistry([bench_agent]), worker_id=f"w{index}")
+        barrier.wait()
+        while await resumer.resume() is not None:
+            pass
+        await database.dispose()
+
+    anyio.run(main)
+
+
+async def prepare_paused_runs(url: str, count: int) -> list[str]:
+    database = Database(url)
+    store = Store(database)
+    resumer = Resumer(store, AgentRegistry([bench_agent]), worker_id="setup")
+    for _ in range(count):
+        await store.start_run("bench", "go", actor=SERVICE)
+    while await resumer.resume() is not None:
+        pass
+    page = await store.list_calls(limit=500)
+    ids = [c.id for c in page.items]
+    while page.next_cursor:
+        page = await store.list_calls(limit=500, after=page.next_cursor)
+        ids.extend(c.id for c in page.items)
+    await database.dispose()
+    return ids
+
+
+def parallel(target: Any, args_list: list[tuple[Any, ...]]) -> float:
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(len(args_list) + 1)
+    processes = [context.Process(target=target, args=(*args, barrier)) for args in args_list]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for process in processes:
+        process.join()
+        if process.exitcode != 0:
+            raise SystemExit(f"worker failed with exit code {process.exitcode}")
+    return time.perf_counter() - start
+
+
+def bench_throughput(url: str, workers: int = 4, runs: int = 2000) -> None:
+    ids = anyio.run(prepare_paused_runs, url, runs)
+    chunks = [ids[i::workers] for i in range(workers)]
+    seconds = parallel(_decide_worker, [(url, chunk, f"reviewer{i}") for i, chunk in enumerate(chunks)])
+    print(f"[postgresql] {len(ids)} decisions by {workers} processes: {len(ids) / seconds:6.0f} decisions/s")
+    seconds = parallel(_resume_worker, [(url, i) for i in range(workers)])
+    print(f"[postgresql] {len(ids)} resumes by {workers} workers:     {len(ids) / seconds:6.0f} resumes/s (no-op model)")
+
+
+def main() -> None:
+    pg_url = create_pg_database()
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite_url = f"sqlite:///{tmp}/bench.db"
+        upgrade(sqlite_url)
+        try:
+            anyio.run(bench_steps, pg_url, "postgresql")
+            anyio.run(bench_steps, sqlite_url, "sqlite")
+            anyio.run(bench_wakeup, pg_url, "postgresql")
+            anyio.run(bench_wakeup, sqlite_url, "sqlite")
+        finally:
+            drop_pg_database(pg_url)
+    throughput_url = create_pg_database()
+    try:
+        bench_throughput(throughput_url)
+    finally:
+        drop_pg_database(throughput_url)
+
+
+if __name__ == "__main__":
+    main()

@@ -152,14 +152,19 @@ class Resumer:
             await self.store.load_history(run_id) if claimed.message_count else []
         )
         stored = len(history)
+        executing: set[str] = set()  # marked executing, results not yet stored
 
         async def append(step: list[ModelRequest | ModelResponse]) -> None:
             nonlocal stored
-            await self.store.append_step(run_id, worker, step, lease_seconds=self.lease_seconds)
+            await self.store.append_step(
+                run_id, worker, step, lease_seconds=self.lease_seconds, executing=frozenset(executing)
+            )
             stored += len(step)
+            executing.clear()  # approved calls run before the step that follows them is stored
 
         async def mark_executing(tool_call_ids: list[str]) -> None:
             await self.store.mark_executing(run_id, worker, tool_call_ids)
+            executing.update(tool_call_ids)
 
         try:
             entry = self.registry.get(claimed.agent_name)
@@ -188,9 +193,10 @@ class Resumer:
             return
         remaining = result.all_messages()[stored:]
         if isinstance(result.output, DeferredToolRequests):
-            await self.store.pause(run_id, worker, remaining, result.output)
+            await self.store.pause(run_id, worker, remaining, result.output, executing=frozenset(executing))
         else:
-            await self.store.finish(run_id, worker, remaining, output=pydantic_core.to_jsonable_python(result.output))
+            output = pydantic_core.to_jsonable_python(result.output)
+            await self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing))
 
     async def _decisions(self, run_id: str, history: list[ModelRequest | ModelResponse]) -> DeferredToolResults | None:
         pending = pending_tool_calls(history)

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -46,6 +46,17 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+@dataclass(frozen=True)
+class HeldRun:
+    """A run this worker holds, as far as a write needs to know it."""
+
+    id: str
+    agent_name: str
+    next_seq: int
+    """Sequence number of the first message this write appends."""
+    worker_id: str
+
+
 class Transaction:
     """One store operation's session, with announcements to publish once it commits."""
 
@@ -56,7 +67,8 @@ class Transaction:
         self.events: list[AuditEvent] = []
 
     async def announce(self, channel: str, payload: str) -> None:
-        self.announcements.extend(await self._notifier.announce(self.session, channel, payload))
+        """Wake listeners on `channel` once this transaction commits."""
+        self.announcements.append((channel, payload))
 
     async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
         """Record an event; it is chained and written when the transaction ends."""
@@ -79,6 +91,7 @@ class StoreBase:
             tx = Transaction(session, self.notifier)
             yield tx
             await session.flush()  # the state change first, so the audit lock is held only until commit
+            await self.notifier.send_in_transaction(session, tx.announcements)
             await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
@@ -88,31 +101,46 @@ class StoreBase:
             raise NotFound(f"No run {run_id!r}")
         return run
 
-    async def _held_run(self, session: AsyncSession, run_id: str, worker_id: str) -> RunRow:
-        """The run, locked, if this worker still holds its lease."""
-        run = await self._run_for_update(session, run_id)
-        if run.status != "resuming" or run.lease_owner != worker_id:
-            raise LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {run.status})")
-        return run
+    async def _hold(
+        self, session: AsyncSession, run_id: str, worker_id: str, *, grow: int = 0, **values: Any
+    ) -> HeldRun:
+        """Guarded update of a run this worker leases: `LeaseLost` unless it still holds it.
+
+        Reserves `grow` message sequence numbers and sets `values`, in one statement.
+        """
+        statement = (
+            update(RunRow)
+            .where(RunRow.id == run_id, RunRow.status == "resuming", RunRow.lease_owner == worker_id)
+            .values(message_count=RunRow.message_count + grow, updated_at=utcnow(), **values)
+            .returning(RunRow.agent_name, RunRow.message_count)
+        )
+        row = (await session.execute(statement)).one_or_none()
+        if row is None:
+            status = await session.scalar(select(RunRow.status).where(RunRow.id == run_id))
+            if status is None:
+                raise NotFound(f"No run {run_id!r}")
+            raise LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {status})")
+        return HeldRun(id=run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=worker_id)
 
     async def _append_messages(
-        self, session: AsyncSession, run: RunRow, messages: Sequence[ModelRequest | ModelResponse]
+        self, session: AsyncSession, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]
     ) -> None:
         """Append rows after the last one: a step writes only its own messages."""
         if not messages:
             return
+        now = utcnow()
         rows = [
             {
                 "run_id": run.id,
-                "seq": run.message_count + offset,
+                "seq": run.next_seq + offset,
                 "kind": message.kind,
                 "format_version": MESSAGE_FORMAT_VERSION,
                 "data": dump_message(message),
+                "created_at": now,
             }
             for offset, message in enumerate(messages)
         ]
         await session.execute(insert(MessageRow), rows)
-        run.message_count += len(rows)
 
     async def _ensure_tool_definition(self, session: AsyncSession, definition: ToolDefinition) -> str:
         """Store a definition once per version; return the version."""

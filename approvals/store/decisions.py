@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .._canonical import digest
@@ -68,9 +68,17 @@ class DecisionOps(StoreBase):
             raise Forbidden("A denial needs a reason: the model reads it")  # refused before any write
         try:
             async with self.transaction() as tx:
-                call = await tx.session.scalar(select(ToolCallRow).where(ToolCallRow.id == call_id).with_for_update())
-                if call is None:
+                found = (
+                    await tx.session.execute(
+                        select(ToolCallRow, RunRow.started_by)
+                        .join(RunRow, RunRow.id == ToolCallRow.run_id)
+                        .where(ToolCallRow.id == call_id)
+                        .with_for_update(of=ToolCallRow)
+                    )
+                ).one_or_none()
+                if found is None:
                     raise NotFound(f"No call {call_id!r}")
+                call, started_by = found
                 if call.status not in OPEN_CALL_STATUSES:
                     who = f" by {call.decided_by}" if call.decided_by else ""
                     raise Conflict(
@@ -78,8 +86,6 @@ class DecisionOps(StoreBase):
                         status=call.status,
                         decided_by=call.decided_by,
                     )
-                run = await tx.session.get(RunRow, call.run_id)
-                assert run is not None
                 current = call.override_digest or call.args_digest
                 seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
                 if seen is not None and seen != current:
@@ -87,16 +93,16 @@ class DecisionOps(StoreBase):
                         f"The arguments of call {call_id!r} changed since you loaded them; review them again",
                         status=call.status,
                     )
-                if isinstance(verdict, Approve | EditAndApprove) and run.started_by == actor.id:
+                if isinstance(verdict, Approve | EditAndApprove) and started_by == actor.id:
                     raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
-                await self._apply(tx, run, call, verdict, actor)
+                await self._apply(tx, call, verdict, actor)
                 return call
         except IntegrityError:
             raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
 
-    async def _apply(self, tx: Transaction, run: RunRow, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
+    async def _apply(self, tx: Transaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
         now = utcnow()
-        context = {"run_id": run.id, "agent_name": run.agent_name, "tool_name": call.tool_name}
+        context = {"run_id": call.run_id, "agent_name": call.agent_name, "tool_name": call.tool_name}
         if isinstance(verdict, Deny):
             tx.session.add(
                 DecisionRow(
@@ -141,15 +147,20 @@ class DecisionOps(StoreBase):
                     created_at=now,
                 )
             )
-            await tx.session.flush()
-            approvals = await tx.session.scalar(
-                select(func.count(func.distinct(DecisionRow.actor))).where(
-                    DecisionRow.call_id == call.id,
-                    DecisionRow.verdict.in_(["approve", "edit"]),
-                    DecisionRow.args_digest == approved_digest,
-                    DecisionRow.consumed_at.is_(None),
+            approvals = 1
+            if call.approvals_required > 1:  # a quorum: count distinct approvers of these arguments
+                await tx.session.flush()
+                approvals = (
+                    await tx.session.scalar(
+                        select(func.count(func.distinct(DecisionRow.actor))).where(
+                            DecisionRow.call_id == call.id,
+                            DecisionRow.verdict.in_(["approve", "edit"]),
+                            DecisionRow.args_digest == approved_digest,
+                            DecisionRow.consumed_at.is_(None),
+                        )
+                    )
+                    or 0
                 )
-            )
             details: dict[str, Any] = {
                 "args_digest": approved_digest,
                 "approvals": approvals,
@@ -157,7 +168,7 @@ class DecisionOps(StoreBase):
             }
             if isinstance(verdict, EditAndApprove):
                 details["edited_args"] = verdict.args
-            if (approvals or 0) >= call.approvals_required:
+            if approvals >= call.approvals_required:
                 self._settle(call, "approved", kind, actor.id, now)
             else:
                 call.updated_at = now
@@ -169,8 +180,9 @@ class DecisionOps(StoreBase):
                 **context,
                 details=details,
             )
+        await tx.announce(PENDING_CHANNEL, call.run_id)
         if call.status not in OPEN_CALL_STATUSES:
-            await self._maybe_ready(tx, run)
+            await self._maybe_ready(tx, call.run_id)
 
     @staticmethod
     def _settle(call: ToolCallRow, status: str, verdict: str, actor_id: str, now: dt.datetime) -> None:
@@ -180,18 +192,26 @@ class DecisionOps(StoreBase):
         call.decided_at = now
         call.updated_at = now
 
-    async def _maybe_ready(self, tx: Transaction, run: RunRow) -> None:
-        """When the last open call of a paused run is decided, the run is ready to resume."""
-        open_calls = await tx.session.scalar(
-            select(func.count()).where(ToolCallRow.run_id == run.id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
+    async def _maybe_ready(self, tx: Transaction, run_id: str) -> None:
+        """When the last open call of a paused run is decided, the run is ready to resume (one guarded update)."""
+        await tx.session.flush()
+        still_open = (
+            select(ToolCallRow.id)
+            .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
+            .exists()
         )
-        await tx.announce(PENDING_CHANNEL, run.id)
-        if open_calls == 0 and run.status == "awaiting_approval":
-            run.status = "ready"
-            run.updated_at = utcnow()
-            await tx.audit(SYSTEM.id, "run.ready", "run", run.id, run_id=run.id, agent_name=run.agent_name)
-            await tx.announce(READY_CHANNEL, run.id)
-            await tx.announce(RUNS_CHANNEL, run.id)
+        ready = (
+            await tx.session.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status == "awaiting_approval", ~still_open)
+                .values(status="ready", updated_at=utcnow())
+                .returning(RunRow.agent_name)
+            )
+        ).one_or_none()
+        if ready is not None:
+            await tx.audit(SYSTEM.id, "run.ready", "run", run_id, run_id=run_id, agent_name=ready.agent_name)
+            await tx.announce(READY_CHANNEL, run_id)
+            await tx.announce(RUNS_CHANNEL, run_id)
 
     async def expire(self, *, now: dt.datetime | None = None, limit: int = 500) -> int:
         """Deny pending calls whose time to decide ran out; returns how many expired."""
@@ -206,7 +226,7 @@ class DecisionOps(StoreBase):
             if self.db.is_postgres:
                 query = query.with_for_update(skip_locked=True)
             calls = (await tx.session.scalars(query)).all()
-            runs: dict[str, RunRow] = {}
+            run_ids: set[str] = set()
             for call in calls:
                 waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
                 reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
@@ -222,11 +242,8 @@ class DecisionOps(StoreBase):
                     tool_name=call.tool_name,
                     details={"reason": reason},
                 )
-                if call.run_id not in runs:
-                    run = await tx.session.get(RunRow, call.run_id, with_for_update=True)
-                    assert run is not None
-                    runs[call.run_id] = run
-            await tx.session.flush()
-            for run in runs.values():
-                await self._maybe_ready(tx, run)
+                run_ids.add(call.run_id)
+            for run_id in sorted(run_ids):
+                await tx.announce(PENDING_CHANNEL, run_id)
+                await self._maybe_ready(tx, run_id)
             return len(calls)

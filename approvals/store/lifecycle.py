@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, insert, or_, select, update
 
 from ..deferred import DeferredToolRequests
-from ..exceptions import Conflict, Forbidden, NotFound
+from ..exceptions import Conflict, Forbidden
 from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
-from ._base import SYSTEM, Actor, StoreBase, Transaction, utcnow
+from ._base import SYSTEM, Actor, HeldRun, StoreBase, Transaction, utcnow
 from .models import DecisionRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
@@ -26,6 +26,10 @@ ModelMessage = ModelRequest | ModelResponse
 OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
 """Calls waiting for a person."""
 FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+
+
+def _lease_end(seconds: float) -> dt.datetime:
+    return utcnow() + dt.timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -168,28 +172,30 @@ class RunLifecycle(StoreBase):
     async def renew_lease(self, run_id: str, worker_id: str, *, lease_seconds: float = 60.0) -> None:
         """Extend this worker's lease; `LeaseLost` if it no longer holds the run."""
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
-            run.lease_expires_at = utcnow() + dt.timedelta(seconds=lease_seconds)
+            await self._hold(tx.session, run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
 
     async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
         """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
+            run = await self._hold(tx.session, run_id, worker_id)
+            now = utcnow()
             calls = (
-                await tx.session.scalars(
-                    select(ToolCallRow).where(
+                await tx.session.execute(
+                    update(ToolCallRow)
+                    .where(
                         ToolCallRow.run_id == run_id,
                         ToolCallRow.tool_call_id.in_(tool_call_ids),
                         ToolCallRow.status == "approved",
+                    )
+                    .values(status="executing", updated_at=now)
+                    .returning(
+                        ToolCallRow.id, ToolCallRow.tool_name, ToolCallRow.args_digest, ToolCallRow.override_digest
                     )
                 )
             ).all()
             if len(calls) != len(set(tool_call_ids)):
                 raise Conflict(f"Run {run_id!r}: not every call to execute is approved")
-            now = utcnow()
             for call in calls:
-                call.status = "executing"
-                call.updated_at = now
                 await tx.audit(
                     worker_id,
                     "call.executing",
@@ -207,59 +213,83 @@ class RunLifecycle(StoreBase):
             )
 
     async def append_step(
-        self, run_id: str, worker_id: str, messages: Sequence[ModelMessage], *, lease_seconds: float = 60.0
+        self,
+        run_id: str,
+        worker_id: str,
+        messages: Sequence[ModelMessage],
+        *,
+        lease_seconds: float = 60.0,
+        executing: Collection[str] | None = None,
     ) -> None:
-        """Append a step's messages, record results of approved calls, renew the lease."""
+        """Append a step's messages, record results of approved calls, renew the lease.
+
+        `executing` names the calls this worker marked executing and may find results for
+        here; when given, steps without such results cost no extra query.
+        """
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
+            run = await self._hold(
+                tx.session, run_id, worker_id, grow=len(messages), lease_expires_at=_lease_end(lease_seconds)
+            )
             await self._append_messages(tx.session, run, messages)
-            await self._record_call_results(tx, run, messages)
-            run.lease_expires_at = utcnow() + dt.timedelta(seconds=lease_seconds)
-            run.updated_at = utcnow()
+            await self._record_call_results(tx, run, messages, executing)
 
     async def pause(
-        self, run_id: str, worker_id: str, messages: Sequence[ModelMessage], requests: DeferredToolRequests
+        self,
+        run_id: str,
+        worker_id: str,
+        messages: Sequence[ModelMessage],
+        requests: DeferredToolRequests,
+        *,
+        executing: Collection[str] | None = None,
     ) -> None:
         """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
+            run = await self._hold(
+                tx.session,
+                run_id,
+                worker_id,
+                grow=len(messages),
+                status="awaiting_approval",
+                lease_owner=None,
+                lease_expires_at=None,
+            )
             await self._append_messages(tx.session, run, messages)
-            await self._record_call_results(tx, run, messages)
+            await self._record_call_results(tx, run, messages, executing)
             now = utcnow()
+            rows: list[dict[str, Any]] = []
             for request in requests.approvals:
+                call_id = uuid.uuid4().hex
                 version = await self._ensure_tool_definition(tx.session, request.tool_def)
-                call = ToolCallRow(
-                    id=uuid.uuid4().hex,
-                    run_id=run_id,
-                    tool_call_id=request.tool_call_id,
-                    agent_name=run.agent_name,
-                    tool_name=request.tool_name,
-                    tool_version=version,
-                    args=request.args,
-                    args_digest=request.args_digest,
-                    status="pending",
-                    reason=request.reason,
-                    approvals_required=request.approvals_required,
-                    idempotent=request.idempotent,
-                    expires_at=now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
-                    created_at=now,
-                    updated_at=now,
-                )
-                tx.session.add(call)
+                row = {
+                    "id": call_id,
+                    "run_id": run_id,
+                    "tool_call_id": request.tool_call_id,
+                    "agent_name": run.agent_name,
+                    "tool_name": request.tool_name,
+                    "tool_version": version,
+                    "args": request.args,
+                    "args_digest": request.args_digest,
+                    "status": "pending",
+                    "reason": request.reason,
+                    "approvals_required": request.approvals_required,
+                    "idempotent": request.idempotent,
+                    "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                rows.append(row)
                 await tx.audit(
                     worker_id,
                     "call.requested",
                     "call",
-                    call.id,
+                    call_id,
                     run_id=run_id,
                     agent_name=run.agent_name,
-                    tool_name=call.tool_name,
-                    details={"args": call.args, "args_digest": call.args_digest},
+                    tool_name=request.tool_name,
+                    details={"args": request.args, "args_digest": request.args_digest},
                 )
-            run.status = "awaiting_approval"
-            run.lease_owner = None
-            run.lease_expires_at = None
-            run.updated_at = now
+            if rows:
+                await tx.session.execute(insert(ToolCallRow), rows)
             await tx.audit(
                 worker_id,
                 "run.paused",
@@ -281,20 +311,25 @@ class RunLifecycle(StoreBase):
         output: Any = None,
         error: str | None = None,
         failed_tool_call_id: str | None = None,
+        executing: Collection[str] | None = None,
     ) -> None:
         """The run ended: completed with `output`, or failed with `error`."""
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
+            run = await self._hold(
+                tx.session,
+                run_id,
+                worker_id,
+                grow=len(messages),
+                status="failed" if error is not None else "completed",
+                output=output,
+                error=error,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
             await self._append_messages(tx.session, run, messages)
-            await self._record_call_results(tx, run, messages)
+            await self._record_call_results(tx, run, messages, executing)
             if error is not None:
                 await self._settle_interrupted_calls(tx, run, failed_tool_call_id, error)
-            run.status = "failed" if error is not None else "completed"
-            run.output = output
-            run.error = error
-            run.lease_owner = None
-            run.lease_expires_at = None
-            run.updated_at = utcnow()
             action = "run.failed" if error is not None else "run.completed"
             await tx.audit(
                 worker_id,
@@ -310,10 +345,9 @@ class RunLifecycle(StoreBase):
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
         async with self.transaction() as tx:
-            run = await self._held_run(tx.session, run_id, worker_id)
-            run.status = "ready"
-            run.lease_owner = None
-            run.lease_expires_at = None
+            run = await self._hold(
+                tx.session, run_id, worker_id, status="ready", lease_owner=None, lease_expires_at=None
+            )
             await tx.audit(worker_id, "run.released", "run", run_id, run_id=run_id, agent_name=run.agent_name)
             await tx.announce(READY_CHANNEL, run_id)
 
@@ -363,7 +397,9 @@ class RunLifecycle(StoreBase):
             await tx.audit(actor.id, "run.retried", "run", run_id, run_id=run_id, agent_name=run.agent_name)
             await tx.announce(READY_CHANNEL, run_id)
 
-    async def _record_call_results(self, tx: Transaction, run: RunRow, messages: Sequence[ModelMessage]) -> None:
+    async def _record_call_results(
+        self, tx: Transaction, run: HeldRun, messages: Sequence[ModelMessage], executing: Collection[str] | None
+    ) -> None:
         """Executed approved calls: succeeded with their result, or failed with the retry message."""
         outcomes: dict[str, tuple[str, Any]] = {}
         for message in messages:
@@ -373,6 +409,8 @@ class RunLifecycle(StoreBase):
                         outcomes[part.tool_call_id] = ("succeeded", part.content)
                     elif isinstance(part, RetryPromptPart) and part.tool_call_id:
                         outcomes[part.tool_call_id] = ("failed", part.content)
+        if executing is not None:
+            outcomes = {k: v for k, v in outcomes.items() if k in executing}
         if not outcomes:
             return
         calls = (
@@ -390,7 +428,7 @@ class RunLifecycle(StoreBase):
             call.result = result
             call.updated_at = utcnow()
             await tx.audit(
-                run.lease_owner or SYSTEM.id,
+                run.worker_id,
                 f"call.{status}",
                 "call",
                 call.id,
@@ -401,7 +439,7 @@ class RunLifecycle(StoreBase):
             )
 
     async def _settle_interrupted_calls(
-        self, tx: Transaction, run: RunRow, failed_tool_call_id: str | None, error: str
+        self, tx: Transaction, run: HeldRun, failed_tool_call_id: str | None, error: str
     ) -> None:
         calls = (
             await tx.session.scalars(
@@ -413,7 +451,7 @@ class RunLifecycle(StoreBase):
             call.result = error if call.status == "failed" else None
             call.updated_at = utcnow()
             await tx.audit(
-                run.lease_owner or SYSTEM.id,
+                run.worker_id,
                 f"call.{call.status}",
                 "call",
                 call.id,
@@ -422,10 +460,3 @@ class RunLifecycle(StoreBase):
                 tool_name=call.tool_name,
                 details={"error": error},
             )
-
-    async def get_run_row(self, run_id: str) -> RunRow:
-        async with self.db.sessions() as session:
-            run = await session.get(RunRow, run_id)
-            if run is None:
-                raise NotFound(f"No run {run_id!r}")
-            return run

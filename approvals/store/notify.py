@@ -39,18 +39,23 @@ class Notifier:
         self.db = db
         self._subscribers: dict[str, set[MemoryObjectSendStream[str]]] = defaultdict(set)
 
-    async def announce(self, session: AsyncSession, channel: str, payload: str) -> list[tuple[str, str]]:
-        """Announce inside a transaction; returns what to `publish` after commit (SQLite)."""
-        if self.db.is_postgres:
-            await session.execute(
-                text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload}
-            )
-            return []
-        return [(channel, payload)]
+    async def send_in_transaction(self, session: AsyncSession, messages: list[tuple[str, str]]) -> None:
+        """On PostgreSQL, queue `pg_notify` for each message in one statement; delivered at commit."""
+        if not self.db.is_postgres or not messages:
+            return
+        unique = list(dict.fromkeys(messages))
+        calls = ", ".join(f"pg_notify(:c{i}, :p{i})" for i in range(len(unique)))
+        params: dict[str, str] = {}
+        for i, (channel, payload) in enumerate(unique):
+            params[f"c{i}"] = channel
+            params[f"p{i}"] = payload
+        await session.execute(text(f"SELECT {calls}"), params)
 
     def publish(self, messages: list[tuple[str, str]]) -> None:
-        """Deliver in-process announcements after their transaction committed."""
-        for channel, payload in messages:
+        """On SQLite, deliver in-process announcements after their transaction committed."""
+        if self.db.is_postgres:
+            return
+        for channel, payload in dict.fromkeys(messages):
             for stream in list(self._subscribers[channel]):
                 try:
                     stream.send_nowait(payload)

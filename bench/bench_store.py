@@ -28,13 +28,13 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from approvals import Agent, Tool  # noqa: E402
-from approvals.deferred import DeferredToolCall, DeferredToolRequests  # noqa: E402
-from approvals.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, dump_message  # noqa: E402
-from approvals.models import TestModel  # noqa: E402
-from approvals.resumer import AgentRegistry, Resumer, run_worker  # noqa: E402
-from approvals.store import Actor, Approve, Database, Store  # noqa: E402
-from approvals.store.migrate import upgrade  # noqa: E402
+from approvals import Agent, Tool
+from approvals.deferred import DeferredToolCall, DeferredToolRequests
+from approvals.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, dump_message
+from approvals.models import TestModel
+from approvals.resumer import AgentRegistry, Resumer, run_worker
+from approvals.store import Actor, Approve, Database, Store
+from approvals.store.migrate import upgrade
 
 PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SERVICE = Actor("svc", "reviewer")
@@ -61,7 +61,11 @@ def step_messages(i: int) -> list[ModelRequest | ModelResponse]:
 def deferred(i: int) -> DeferredToolRequests:
     definition = bench_agent.tools["act"].tool_def
     return DeferredToolRequests(
-        approvals=[DeferredToolCall(tool_name="act", tool_call_id=f"d{i}", args={"n": i}, args_digest="0" * 64, tool_def=definition)]
+        approvals=[
+            DeferredToolCall(
+                tool_name="act", tool_call_id=f"d{i}", args={"n": i}, args_digest="0" * 64, tool_def=definition
+            )
+        ]
     )
 
 
@@ -125,7 +129,9 @@ async def bench_steps(url: str, label: str) -> None:
             start = time.perf_counter()
             await store.pause(run_id, "bench-worker", step_messages(i), deferred(i))
             samples.append(time.perf_counter() - start)
-        print(f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms   max {max(samples) * 1e3:6.2f} ms")
+        print(
+            f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms   max {max(samples) * 1e3:6.2f} ms"
+        )
     await database.dispose()
 
 
@@ -147,7 +153,9 @@ async def bench_wakeup(url: str, label: str) -> None:
     latencies = []
     stop = anyio.Event()
     async with anyio.create_task_group() as group:
-        group.start_soon(lambda: run_worker(worker_store, registry, poll_interval=3600, expire_interval=3600, stop=stop))
+        group.start_soon(
+            lambda: run_worker(worker_store, registry, poll_interval=3600, expire_interval=3600, stop=stop)
+        )
         await anyio.sleep(0.3)
         for _ in range(20):
             run_id = await reviewer_store.start_run("bench", "go", actor=SERVICE)
@@ -231,7 +239,9 @@ def bench_throughput(url: str, workers: int = 4, runs: int = 2000) -> None:
     seconds = parallel(_decide_worker, [(url, chunk, f"reviewer{i}") for i, chunk in enumerate(chunks)])
     print(f"[postgresql] {len(ids)} decisions by {workers} processes: {len(ids) / seconds:6.0f} decisions/s")
     seconds = parallel(_resume_worker, [(url, i) for i in range(workers)])
-    print(f"[postgresql] {len(ids)} resumes by {workers} workers:     {len(ids) / seconds:6.0f} resumes/s (no-op model)")
+    print(
+        f"[postgresql] {len(ids)} resumes by {workers} workers:     {len(ids) / seconds:6.0f} resumes/s (no-op model)"
+    )
 
 
 def main() -> None:

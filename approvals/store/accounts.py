@@ -1,9 +1,151 @@
-"""Reviewers and API clients: users with roles, and bearer tokens stored only as hashes."""
+"""Reviewers and API clients: users with roles, and bearer tokens stored only as hashes.
+
+Every change is audited. The plaintext of a token exists only in the return value of
+`create_token`; passwords are hashed with argon2 before they reach the store.
+"""
 
 from __future__ import annotations
 
-from ._base import StoreBase
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..exceptions import Conflict, Forbidden, NotFound, UserError
+from ..security import hash_password, hash_token, new_token, verify_password
+from ._base import ROLE_RANK, Actor, StoreBase, utcnow
+from .models import ApiTokenRow, UserRow
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLE_RANK:
+        raise UserError(f"Unknown role {role!r}: use viewer, reviewer or admin")
 
 
 class AccountOps(StoreBase):
-    """User and token operations; every change is audited."""
+    """User and token operations."""
+
+    async def create_user(
+        self, username: str, password: str | None, *, role: str, actor: Actor, groups: list[str] | None = None
+    ) -> UserRow:
+        """Add a user; `password=None` for users who only sign in through an SSO proxy."""
+        _check_role(role)
+        if not username.strip():
+            raise UserError("A username cannot be empty")
+        if actor.id != "system" and not actor.can("admin"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not add users")
+        row = UserRow(
+            username=username,
+            password_hash=hash_password(password) if password else None,
+            role=role,
+            groups=groups,
+            disabled=False,
+            created_at=utcnow(),
+        )
+        try:
+            async with self.transaction() as tx:
+                tx.session.add(row)
+                await tx.audit(actor.id, "user.created", "user", username, details={"role": role, "groups": groups})
+        except IntegrityError:
+            raise Conflict(f"A user named {username!r} already exists") from None
+        return row
+
+    async def get_user(self, username: str) -> UserRow:
+        async with self.db.sessions() as session:
+            row = await session.scalar(select(UserRow).where(UserRow.username == username))
+        if row is None:
+            raise NotFound(f"No user {username!r}")
+        return row
+
+    async def list_users(self) -> list[UserRow]:
+        async with self.db.sessions() as session:
+            return list((await session.scalars(select(UserRow).order_by(UserRow.username))).all())
+
+    async def authenticate(self, username: str, password: str) -> UserRow | None:
+        """The enabled user with this password, or None (no hint which part was wrong)."""
+        async with self.db.sessions() as session:
+            row = await session.scalar(select(UserRow).where(UserRow.username == username))
+        ok = verify_password(row.password_hash if row else None, password)
+        return row if ok and row is not None and not row.disabled else None
+
+    async def update_user(
+        self,
+        username: str,
+        *,
+        actor: Actor,
+        role: str | None = None,
+        password: str | None = None,
+        disabled: bool | None = None,
+    ) -> None:
+        """Change a user's role, password or enabled state."""
+        if not actor.can("admin") and actor.id != "system":
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not change users")
+        values: dict[str, Any] = {}
+        details: dict[str, Any] = {}
+        if role is not None:
+            _check_role(role)
+            values["role"] = details["role"] = role
+        if password is not None:
+            values["password_hash"] = hash_password(password)
+            details["password_changed"] = True
+        if disabled is not None:
+            values["disabled"] = details["disabled"] = disabled
+        if not values:
+            return
+        async with self.transaction() as tx:
+            result = await tx.session.execute(update(UserRow).where(UserRow.username == username).values(**values))
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise NotFound(f"No user {username!r}")
+            action = "user.disabled" if disabled else "user.updated"
+            await tx.audit(actor.id, action, "user", username, details=details)
+
+    async def create_token(self, name: str, *, role: str, actor: Actor, scopes: list[str] | None = None) -> str:
+        """A new API token; the plaintext is returned once and never stored."""
+        _check_role(role)
+        if not actor.can("admin") and actor.id != "system":
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not create tokens")
+        token = new_token()
+        async with self.transaction() as tx:
+            row = ApiTokenRow(
+                name=name,
+                token_hash=hash_token(token),
+                role=role,
+                scopes=scopes,
+                created_by=actor.id,
+                created_at=utcnow(),
+            )
+            tx.session.add(row)
+            await tx.session.flush()
+            await tx.audit(
+                actor.id, "token.created", "token", str(row.id), details={"name": name, "role": role, "scopes": scopes}
+            )
+        return token
+
+    async def token_actor(self, token: str) -> Actor | None:
+        """The actor a bearer token stands for, or None for an unknown or revoked token."""
+        async with self.db.sessions() as session, session.begin():
+            row = await session.scalar(
+                select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
+            )
+            if row is None:
+                return None
+            row.last_used_at = utcnow()
+            role = row.role
+            return Actor(id=f"token:{row.name}", role=role if role in ROLE_RANK else "viewer")  # type: ignore[arg-type]
+
+    async def list_tokens(self) -> list[ApiTokenRow]:
+        async with self.db.sessions() as session:
+            return list((await session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id))).all())
+
+    async def revoke_token(self, token_id: int, *, actor: Actor) -> None:
+        if not actor.can("admin") and actor.id != "system":
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not revoke tokens")
+        async with self.transaction() as tx:
+            result = await tx.session.execute(
+                update(ApiTokenRow)
+                .where(ApiTokenRow.id == token_id, ApiTokenRow.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise NotFound(f"No active token {token_id}")
+            await tx.audit(actor.id, "token.revoked", "token", str(token_id))

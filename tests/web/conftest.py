@@ -1,0 +1,75 @@
+"""The web app under test: real HTTP through the ASGI app, on SQLite and PostgreSQL.
+
+`web` gives a running app (lifespan entered, no in-process worker unless a test asks)
+with four users and helpers to log in or call the API with a bearer token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from approvals.resumer import AgentRegistry
+from approvals.store import SYSTEM, Store
+from web.app import create_app
+from web.settings import Settings
+
+from ..store.agents import email_agent, shop_agent
+from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
+
+PASSWORDS = {"alice": "alice-pw-1234", "bob": "bob-pw-1234", "victor": "victor-pw-1234", "ada": "ada-pw-1234"}
+ROLES = {"alice": "reviewer", "bob": "reviewer", "victor": "viewer", "ada": "admin"}
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@dataclass
+class WebApp:
+    """A running app and ways to talk to it."""
+
+    app: FastAPI
+    store: Store
+    tokens: dict[str, str] = field(default_factory=dict)
+    """Role name -> a bearer token with that role."""
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://testserver", **kwargs)
+
+    async def login(self, username: str) -> tuple[httpx.AsyncClient, str]:
+        """A client with a session for `username`, and its CSRF token."""
+        client = self.client()
+        page = await client.get("/login")
+        token = CSRF_FIELD.search(page.text)
+        assert token is not None
+        response = await client.post(
+            "/login", data={"username": username, "password": PASSWORDS[username], "csrf_token": token.group(1)}
+        )
+        assert response.status_code == 303, response.text
+        home = await client.get("/login")  # any page shows the new session's token
+        fresh = CSRF_FIELD.search(home.text)
+        assert fresh is not None
+        return client, fresh.group(1)
+
+    def api(self, role: str = "reviewer") -> httpx.AsyncClient:
+        """A client authenticated with a bearer token of `role`."""
+        return self.client(headers={"Authorization": f"Bearer {self.tokens[role]}"})
+
+
+@pytest.fixture
+async def web(db_url: str) -> AsyncIterator[WebApp]:  # noqa: F811 - the shared fixture
+    registry = AgentRegistry([shop_agent, email_agent])
+    app = create_app(Settings(database_url=db_url, worker=False, secret_key="test-secret"), registry=registry)
+    async with app.router.lifespan_context(app):
+        store: Store = app.state.context.store
+        for name, role in ROLES.items():
+            await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
+        tokens = {
+            role: await store.create_token(f"{role}-token", role=role, actor=SYSTEM)
+            for role in ("viewer", "reviewer", "admin")
+        }
+        yield WebApp(app=app, store=store, tokens=tokens)

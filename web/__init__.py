@@ -1,0 +1,1 @@
+"""The reviewer's web app and JSON API, thin over the `approvals` core."""

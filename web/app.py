@@ -1,0 +1,119 @@
+"""The FastAPI application: `create_app(settings)` wires the core, auth, pages and API together."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+from starlette.middleware.sessions import SessionMiddleware
+
+from approvals.exceptions import ApprovalsError
+from approvals.resumer import AgentRegistry, run_worker
+from approvals.service import ApprovalService
+from approvals.store import Database, Store
+
+from . import api, login, pages, problems
+from .auth import LoginRequired
+from .context import AppContext
+from .settings import Settings
+from .templating import render
+
+logger = logging.getLogger("approvals.web")
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(settings: Settings | None = None, *, registry: AgentRegistry | None = None) -> FastAPI:
+    """The app for `settings`; agents come from `registry` or are imported from `settings.agents`."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings.database_url)
+        store = Store(db)
+        agents = registry or AgentRegistry()
+        for path in settings.agents:
+            agents.load(path)
+        context = AppContext(
+            settings=settings, db=db, store=store, registry=agents, service=ApprovalService(store, agents)
+        )
+        app.state.context = context
+        stop = anyio.Event()
+        try:
+            async with anyio.create_task_group() as group:
+                if settings.worker:
+                    group.start_soon(lambda: run_worker(store, agents, stop=stop))
+                if settings.webhook_urls:
+                    from .webhooks import deliver_webhooks
+
+                    group.start_soon(lambda: deliver_webhooks(context, stop))
+                yield
+                stop.set()
+        finally:
+            await db.dispose()
+
+    app = FastAPI(
+        title="approvals",
+        summary="Human-in-the-loop approval of LLM agents' tool calls",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.secret_key,
+        session_cookie="approvals_session",
+        max_age=settings.session_max_age,
+        same_site="lax",
+        https_only=settings.cookie_secure,
+    )
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(login.router)
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    _install_error_handlers(app)
+    return app
+
+
+def _wants_problem_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(LoginRequired)
+    async def to_login(request: Request, exc: LoginRequired) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.headers.get("hx-request"):
+            return Response(status_code=204, headers={"HX-Redirect": f"/login?next={target}"})
+        return RedirectResponse(f"/login?next={target}", status_code=303)
+
+    @app.exception_handler(ApprovalsError)
+    async def approvals_error(request: Request, exc: ApprovalsError) -> Response:
+        if _wants_problem_json(request):
+            return problems.approvals_error_problem(exc)
+        status, title = problems.status_for(exc)
+        return _error_page(request, status, title, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if _wants_problem_json(request):
+            return await problems.http_exception_problem(request, exc)
+        return _error_page(request, exc.status_code, "Error", str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        if _wants_problem_json(request):
+            return await problems.validation_problem(request, exc)
+        return _error_page(request, 422, "Invalid request", "; ".join(str(e["msg"]) for e in exc.errors()))
+
+
+def _error_page(request: Request, status: int, title: str, detail: str) -> Response:
+    return render(request, "error.html", {"status": status, "title": title, "detail": detail}, status=status)

@@ -1,0 +1,117 @@
+"""Who is asking: a session cookie (reviewers), a bearer token (services) or an SSO header.
+
+The actor always comes from here, never from a request body. Cookie-based requests that
+change state must carry the session's CSRF token (header `x-csrftoken` or form field
+`csrf_token`); bearer-token requests cannot be forged by a browser and need none.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from approvals.exceptions import NotFound
+from approvals.store import Actor, Role
+
+from .context import AppContext
+
+SESSION_USER = "user"
+SESSION_CSRF = "csrf"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def app_context(request: Request) -> AppContext:
+    context: AppContext = request.app.state.context
+    return context
+
+
+def csrf_token(request: Request) -> str:
+    """The session's CSRF token, created on first use."""
+    token = request.session.get(SESSION_CSRF)
+    if not token:
+        token = secrets.token_urlsafe(32)
+        request.session[SESSION_CSRF] = token
+    return str(token)
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+async def current_actor(request: Request) -> Actor | None:
+    """The authenticated actor, or None; an invalid bearer token is a 401, not anonymous."""
+    if hasattr(request.state, "actor"):
+        cached: Actor | None = request.state.actor
+        return cached
+    context = app_context(request)
+    actor: Actor | None = None
+    token = _bearer(request)
+    if token is not None:
+        actor = await context.store.token_actor(token)
+        if actor is None:
+            raise HTTPException(401, "Invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
+    else:
+        username = None
+        header = context.settings.trusted_identity_header
+        if header and request.headers.get(header):
+            username = request.headers[header]
+        elif request.session.get(SESSION_USER):
+            username = str(request.session[SESSION_USER])
+        if username:
+            try:
+                user = await context.store.get_user(username)
+            except NotFound:
+                user = None
+            if user is not None and not user.disabled:
+                actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))  # type: ignore[arg-type]
+            elif SESSION_USER in request.session:
+                request.session.pop(SESSION_USER)  # the user was disabled or removed: end the session
+    request.state.actor = actor
+    return actor
+
+
+async def verify_csrf(request: Request) -> None:
+    """Refuse a state-changing, cookie-authenticated request without the session's CSRF token."""
+    if request.method in SAFE_METHODS or _bearer(request) is not None:
+        return
+    expected = request.session.get(SESSION_CSRF)
+    sent = request.headers.get("x-csrftoken")
+    if sent is None and request.headers.get("content-type", "").startswith(
+        ("application/x-www-form-urlencoded", "multipart/form-data")
+    ):
+        sent = str((await request.form()).get("csrf_token") or "")
+    if not expected or not sent or not secrets.compare_digest(str(expected), sent):
+        raise HTTPException(403, "Missing or invalid CSRF token; reload the page and try again")
+
+
+class LoginRequired(Exception):
+    """Raised on pages when nobody is logged in; answered with a redirect to the login page."""
+
+
+def require(role: Role, *, html: bool = False) -> object:
+    """A dependency giving the actor, who must have at least `role`."""
+
+    async def dependency(request: Request) -> Actor:
+        actor = await current_actor(request)
+        if actor is None:
+            if html:
+                raise LoginRequired()
+            raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
+        if not actor.can(role):
+            raise HTTPException(403, f"This needs the {role} role; {actor.id} is {actor.role}")
+        return actor
+
+    return Depends(dependency)
+
+
+ViewerAPI = Annotated[Actor, require("viewer")]
+ReviewerAPI = Annotated[Actor, require("reviewer")]
+AdminAPI = Annotated[Actor, require("admin")]
+ViewerPage = Annotated[Actor, require("viewer", html=True)]
+ReviewerPage = Annotated[Actor, require("reviewer", html=True)]
+AdminPage = Annotated[Actor, require("admin", html=True)]
+ContextDep = Annotated[AppContext, Depends(app_context)]

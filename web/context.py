@@ -1,0 +1,22 @@
+"""What the app shares across requests: settings, store, agents, and the service over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from approvals.resumer import AgentRegistry
+from approvals.service import ApprovalService
+from approvals.store import Database, Store
+
+from .settings import Settings
+
+
+@dataclass
+class AppContext:
+    """Built once at startup by the lifespan; routes reach it through `web.deps`."""
+
+    settings: Settings
+    db: Database
+    store: Store
+    registry: AgentRegistry
+    service: ApprovalService

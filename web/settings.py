@@ -1,0 +1,35 @@
+"""Configuration from environment variables (APPROVALS_*) or a `.env`-style config file."""
+
+from __future__ import annotations
+
+import secrets
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything the app needs to start; every field can be set as APPROVALS_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="APPROVALS_", env_file=None, extra="ignore")
+
+    database_url: str = "sqlite:///approvals.db"
+    """Where runs, calls and the audit log live: a SQLite file or a PostgreSQL URL."""
+    agents: list[str] = Field(default_factory=list)
+    """Import paths of the agents this process serves, e.g. ["myapp.agents:support_agent"]."""
+    secret_key: str = Field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    """Signs session cookies. Set it in production, or sessions end when the process restarts."""
+    session_max_age: int = 8 * 3600
+    """Seconds a login lasts."""
+    cookie_secure: bool = False
+    """Send the session cookie over HTTPS only; turn on whenever the app is served over TLS."""
+    trusted_identity_header: str | None = None
+    """Header set by an SSO proxy that names the logged-in user (only when the proxy strips it from clients)."""
+    worker: bool = True
+    """Run a resumer inside the web process (the SQLite setup); turn off when separate workers run."""
+    webhook_urls: list[str] = Field(default_factory=list)
+    """URLs that receive a signed POST when a call becomes pending and when a run finishes."""
+    webhook_secret: str | None = Field(default=None, repr=False)
+    """HMAC key for webhook signatures."""
+    expiring_soon_seconds: int = 15 * 60
+    """Calls that expire within this many seconds are marked in the inbox."""

@@ -1,0 +1,415 @@
+"""The `approvals` command: serve the app, run workers, migrate, manage users and tokens, seed a demo.
+
+Settings come from command-line options, then APPROVALS_* environment variables, then a
+config file (`--config approvals.env`, KEY=value lines). Errors are one clear line, never
+a traceback: a wrong database URL, an agent path that does not import, a port in use.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import typer
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from .exceptions import ApprovalsError
+from .resumer import AgentRegistry, run_worker
+from .security import new_password
+from .store import SYSTEM, Database, Store
+from .store.migrate import current_revision, head_revision, upgrade
+
+T = TypeVar("T")
+
+app = typer.Typer(help="Human-in-the-loop approvals for LLM agents' tool calls.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+users_app = typer.Typer(help="Reviewer accounts.", no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens for services.", no_args_is_help=True)
+runs_app = typer.Typer(help="Agent runs.", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+for sub, name in (
+    (db_app, "db"),
+    (users_app, "users"),
+    (tokens_app, "tokens"),
+    (runs_app, "runs"),
+    (audit_app, "audit"),
+):
+    app.add_typer(sub, name=name)
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="A KEY=value file of APPROVALS_* settings.", exists=True, dir_okay=False)
+]
+DatabaseOption = Annotated[
+    str | None, typer.Option("--database-url", help="SQLite file or PostgreSQL URL [env: APPROVALS_DATABASE_URL]")
+]
+AgentOption = Annotated[
+    list[str] | None, typer.Option("--agent", help="Import path of an agent, e.g. myapp.agents:support_agent.")
+]
+Role = Annotated[str, typer.Option("--role", help="viewer, reviewer or admin")]
+
+
+def settings_for(config: Path | None, database_url: str | None = None, agents: list[str] | None = None) -> Any:
+    """The web app's settings, with command-line values taking precedence."""
+    from web.settings import Settings  # the CLI is the one place the core meets the web layer
+
+    overrides: dict[str, Any] = {}
+    if database_url:
+        overrides["database_url"] = database_url
+    if agents:
+        overrides["agents"] = agents
+    return Settings(_env_file=config, **overrides)  # type: ignore[call-arg]
+
+
+def fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(1)
+
+
+def run_async(function: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine, turning known failures into one-line errors."""
+    try:
+        return anyio.run(function)
+    except ApprovalsError as exc:
+        fail(str(exc))
+    except (OperationalError, DBAPIError) as exc:
+        fail(f"cannot use the database: {str(exc.orig or exc).splitlines()[0]}")
+    raise AssertionError("unreachable")
+
+
+def with_store(database_url: str, action: Callable[[Store], Awaitable[T]]) -> T:
+    async def main() -> T:
+        database = Database(database_url)
+        try:
+            return await action(Store(database))
+        finally:
+            await database.dispose()
+
+    return run_async(main)
+
+
+def migrate(database_url: str) -> None:
+    try:
+        upgrade(database_url)
+    except ApprovalsError as exc:
+        fail(str(exc))
+    except (OperationalError, DBAPIError) as exc:
+        fail(f"cannot migrate the database: {str(exc.orig or exc).splitlines()[0]}")
+
+
+def load_agents(paths: list[str], *, demo: bool = False) -> AgentRegistry:
+    registry = AgentRegistry()
+    try:
+        for path in paths:
+            registry.load(path)
+    except ApprovalsError as exc:
+        fail(str(exc))
+    if demo:
+        from .demo import demo_agent
+
+        registry.register(demo_agent)
+    return registry
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port}: {exc.strerror} (is another server running? use --port)")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    database_url: DatabaseOption = None,
+    agent: AgentOption = None,
+    worker: Annotated[bool | None, typer.Option("--worker/--no-worker", help="Resume runs in this process.")] = None,
+    demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Load the demo agent and seed demo runs.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Start the web app (and, by default, an in-process resumer)."""
+    import uvicorn
+
+    from web.app import create_app
+
+    settings = settings_for(config, database_url, agent)
+    if worker is not None:
+        settings.worker = worker
+    ensure_port_free(host, port)
+    migrate(settings.database_url)
+    registry = load_agents(settings.agents, demo=demo)
+    if demo:
+        with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=len(_demo_prompts())))
+    typer.echo(f"approvals: serving http://{host}:{port} (database {_safe_url(settings.database_url)})")
+    uvicorn.run(create_app(settings, registry=registry), host=host, port=port, log_level="info", access_log=False)
+
+
+@app.command()
+def worker(
+    database_url: DatabaseOption = None,
+    agent: AgentOption = None,
+    lease_seconds: Annotated[float, typer.Option(help="Seconds a claimed run stays leased between renewals.")] = 60.0,
+    demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Also serve the demo agent.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Resume ready runs until stopped (SIGTERM finishes the current run first)."""
+    settings = settings_for(config, database_url, agent)
+    registry = load_agents(settings.agents, demo=demo)
+    if not registry.names:
+        fail("no agents to serve: pass --agent package.module:agent (or --demo)")
+    typer.echo(f"approvals worker: agents {', '.join(registry.names)}; waiting for ready runs")
+    with_store(
+        settings.database_url,
+        lambda store: run_worker(store, registry, lease_seconds=lease_seconds, handle_signals=True),
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Create or update the tables to the latest schema."""
+    settings = settings_for(config, database_url)
+    migrate(settings.database_url)
+    typer.echo(f"database at revision {current_revision(settings.database_url)}")
+
+
+@db_app.command("current")
+def db_current(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Show the schema revision of the database and the latest one."""
+    settings = settings_for(config, database_url)
+    try:
+        current = current_revision(settings.database_url)
+    except (OperationalError, DBAPIError) as exc:
+        fail(f"cannot use the database: {str(exc.orig or exc).splitlines()[0]}")
+    head = head_revision()
+    typer.echo(
+        f"current: {current or 'empty'}  latest: {head}" + ("" if current == head else "  (run: approvals db upgrade)")
+    )
+
+
+@users_app.command("add")
+def users_add(
+    username: str,
+    role: Role = "reviewer",
+    password: Annotated[str | None, typer.Option(help="Omit to generate one (printed once).")] = None,
+    sso_only: Annotated[bool, typer.Option(help="No password: the user signs in through the SSO proxy.")] = False,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Add a reviewer account."""
+    settings = settings_for(config, database_url)
+    secret = None if sso_only else (password or new_password())
+    with_store(settings.database_url, lambda store: store.create_user(username, secret, role=role, actor=SYSTEM))
+    typer.echo(f"added {username} ({role})" + (f"; password: {secret}" if secret and not password else ""))
+
+
+@users_app.command("list")
+def users_list(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """List accounts."""
+    settings = settings_for(config, database_url)
+    for user in with_store(settings.database_url, lambda store: store.list_users()):
+        typer.echo(f"{user.username:<24} {user.role:<9} {'disabled' if user.disabled else 'active'}")
+
+
+@users_app.command("disable")
+def users_disable(username: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Disable an account; its sessions end at their next request."""
+    settings = settings_for(config, database_url)
+    with_store(settings.database_url, lambda store: store.update_user(username, disabled=True, actor=SYSTEM))
+    typer.echo(f"disabled {username}")
+
+
+@users_app.command("password")
+def users_password(
+    username: str,
+    password: Annotated[str | None, typer.Option(help="Omit to generate one (printed once).")] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Set a new password."""
+    settings = settings_for(config, database_url)
+    secret = password or new_password()
+    with_store(settings.database_url, lambda store: store.update_user(username, password=secret, actor=SYSTEM))
+    typer.echo(f"password of {username} changed" + (f": {secret}" if not password else ""))
+
+
+@tokens_app.command("create")
+def tokens_create(
+    name: str, role: Role = "reviewer", database_url: DatabaseOption = None, config: ConfigOption = None
+) -> None:
+    """Create an API token; it is printed once and only its hash is kept."""
+    settings = settings_for(config, database_url)
+    token = with_store(settings.database_url, lambda store: store.create_token(name, role=role, actor=SYSTEM))
+    typer.echo(token)
+
+
+@tokens_app.command("list")
+def tokens_list(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """List tokens (never their values)."""
+    settings = settings_for(config, database_url)
+    for token in with_store(settings.database_url, lambda store: store.list_tokens()):
+        state = "revoked" if token.revoked_at else "active"
+        typer.echo(f"{token.id:<5} {token.name:<24} {token.role:<9} {state}")
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Revoke a token by its id (see `tokens list`)."""
+    settings = settings_for(config, database_url)
+    with_store(settings.database_url, lambda store: store.revoke_token(token_id, actor=SYSTEM))
+    typer.echo(f"revoked token {token_id}")
+
+
+@runs_app.command("start")
+def runs_start(
+    agent_name: Annotated[str, typer.Argument(metavar="AGENT")],
+    prompt: str,
+    deps: Annotated[str | None, typer.Option(help="Run dependencies as JSON.")] = None,
+    agent: AgentOption = None,
+    demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Use the demo agent.")] = False,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Start a run and take it to its end or first pause."""
+    from .service import ApprovalService
+
+    settings = settings_for(config, database_url, agent)
+    registry = load_agents(settings.agents, demo=demo)
+    try:
+        deps_data = json.loads(deps) if deps else None
+    except ValueError as exc:
+        fail(f"--deps is not valid JSON: {exc}")
+
+    async def start(store: Store) -> tuple[str, str]:
+        service = ApprovalService(store, registry)
+        run_id = await service.start_run(agent_name, prompt, actor=SYSTEM, deps=deps_data)
+        run = await service.resume_now(run_id, wait=120)
+        return run_id, run.status
+
+    run_id, status = with_store(settings.database_url, start)
+    typer.echo(f"run {run_id}: {status}")
+
+
+@audit_app.command("verify")
+def audit_verify(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Check the audit log's hash chain; exits 1 when it is broken."""
+    settings = settings_for(config, database_url)
+    result = with_store(settings.database_url, lambda store: store.verify_audit())
+    if result.ok:
+        typer.echo(f"audit log intact: {result.checked} events, head {result.head_hash}")
+        return
+    fail(f"audit log broken at event {result.first_bad_id}: {result.problem}")
+
+
+@audit_app.command("export")
+def audit_export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl or csv")] = "jsonl",
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Export the whole audit log, oldest first, with progress."""
+    import csv
+
+    settings = settings_for(config, database_url)
+    if fmt not in ("jsonl", "csv"):
+        fail("--format must be jsonl or csv")
+    columns = ["id", "at", "actor", "action", "subject_type", "subject_id", "run_id", "agent_name", "tool_name",
+               "details", "prev_hash", "hash"]  # fmt: skip
+
+    async def export(store: Store) -> int:
+        written = 0
+        with output.open("w", newline="") as handle, typer.progressbar(length=0, label="exporting") as bar:
+            writer = csv.writer(handle) if fmt == "csv" else None
+            if writer:
+                writer.writerow(columns)
+            cursor: str | None = None
+            while True:
+                page = await store.audit_events(after=cursor, limit=5000, newest_first=False)
+                for event in page.items:
+                    row = {c: getattr(event, c) for c in columns}
+                    row["at"] = event.at.isoformat()
+                    if writer:
+                        writer.writerow([json.dumps(v) if c == "details" else v for c, v in row.items()])
+                    else:
+                        handle.write(json.dumps(row, default=str) + "\n")
+                written += len(page.items)
+                bar.update(len(page.items))
+                if page.next_cursor is None:
+                    return written
+                cursor = page.next_cursor
+
+    count = with_store(settings.database_url, export)
+    typer.echo(f"wrote {count} events to {output}")
+
+
+@app.command()
+def demo(
+    runs: Annotated[int, typer.Option(help="How many demo runs to start.")] = 5,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Seed the demo: an admin account and runs of the demo agent that wait for approval."""
+    settings = settings_for(config, database_url)
+    migrate(settings.database_url)
+    registry = load_agents([], demo=True)
+    with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=runs, force=True))
+
+
+def _demo_prompts() -> list[str]:
+    from .demo import DEMO_PROMPTS
+
+    return DEMO_PROMPTS
+
+
+async def seed_demo(store: Store, registry: AgentRegistry, *, runs: int, force: bool = False) -> None:
+    """An admin (password from APPROVALS_ADMIN_PASSWORD or printed once) and demo runs paused for review."""
+    import os
+
+    from .service import ApprovalService
+
+    if not await store.list_users():
+        password = os.environ.get("APPROVALS_ADMIN_PASSWORD") or new_password()
+        await store.create_user("admin", password, role="admin", actor=SYSTEM)
+        for name in ("alice", "bob"):
+            await store.create_user(name, password, role="reviewer", actor=SYSTEM)
+        shown = "(from APPROVALS_ADMIN_PASSWORD)" if os.environ.get("APPROVALS_ADMIN_PASSWORD") else password
+        typer.secho(
+            f"Created users admin (admin), alice and bob (reviewers); their password is {shown}. It is shown only now.",
+            fg=typer.colors.YELLOW,
+        )
+    if not force and (await store.list_runs(agent_name="shop-assistant", limit=1)).items:
+        return
+    service = ApprovalService(store, registry, worker_id="demo-seed")
+    prompts = _demo_prompts()
+    with typer.progressbar(range(runs), label="starting demo runs") as progress:
+        for index in progress:
+            run_id = await service.start_run("shop-assistant", prompts[index % len(prompts)], actor=SYSTEM)
+            await service.resume_now(run_id, wait=60)
+
+
+def _safe_url(url: str) -> str:
+    from .store.db import normalize_url
+
+    try:
+        return normalize_url(url).render_as_string(hide_password=True)
+    except ApprovalsError:
+        return "<invalid>"
+
+
+def main() -> None:
+    """Entry point of the `approvals` console script."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -185,6 +185,8 @@ def db_current(database_url: DatabaseOption = None, config: ConfigOption = None)
     settings = settings_for(config, database_url)
     try:
         current = current_revision(settings.database_url)
+    except ApprovalsError as exc:
+        fail(str(exc))
     except (OperationalError, DBAPIError) as exc:
         fail(f"cannot use the database: {str(exc.orig or exc).splitlines()[0]}")
     head = head_revision()

@@ -1,0 +1,109 @@
+"""The `approvals` command, run in-process against real SQLite files: clear output and clear errors."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from approvals.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
+    assert result.exit_code == 0, result.output
+    return url
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_db_upgrade_and_current(db: str) -> None:
+    code, out = run("db", "current", "--database-url", db)
+    assert code == 0
+    assert out.startswith("current: 0001  latest: 0001")
+
+
+def test_users_and_tokens(db: str) -> None:
+    code, out = run("users", "add", "carol", "--role", "admin", "--database-url", db)
+    assert code == 0
+    assert out.startswith("added carol (admin); password: ")
+    code, out = run("users", "add", "carol", "--database-url", db)
+    assert code == 1
+    assert "already exists" in out
+    code, out = run("users", "disable", "carol", "--database-url", db)
+    assert code == 0
+    code, out = run("users", "list", "--database-url", db)
+    assert "carol" in out and "disabled" in out
+    code, token = run("tokens", "create", "ci", "--role", "reviewer", "--database-url", db)
+    assert code == 0
+    assert token.strip().startswith("apv_")
+    code, out = run("tokens", "list", "--database-url", db)
+    assert "ci" in out and "active" in out and token.strip() not in out  # the value is never shown again
+    code, out = run("tokens", "revoke", "1", "--database-url", db)
+    assert code == 0
+    code, out = run("tokens", "revoke", "1", "--database-url", db)
+    assert code == 1
+    assert "No active token 1" in out
+
+
+def test_demo_seeds_pending_calls_and_audit_verifies(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPROVALS_ADMIN_PASSWORD", "demo-password-1")
+    code, out = run("demo", "--runs", "3", "--database-url", db)
+    assert code == 0, out
+    assert "Created users admin (admin), alice and bob" in out
+    assert "demo-password-1" not in out  # a password taken from the environment is not echoed
+    code, out = run("audit", "verify", "--database-url", db)
+    assert code == 0
+    assert out.startswith("audit log intact: ")
+
+
+def test_runs_start_takes_a_run_to_its_first_pause(db: str) -> None:
+    code, out = run("runs", "start", "shop-assistant", "Customer 42 asked us to delete their account.", "--demo",
+                    "--database-url", db)  # fmt: skip
+    assert code == 0, out
+    assert out.strip().endswith(": awaiting_approval")
+
+
+def test_clear_errors(db: str, tmp_path: Path) -> None:
+    code, out = run("db", "current", "--database-url", "mysql://x@localhost/db")
+    assert code == 1
+    assert "Unsupported database 'mysql'" in out
+    code, out = run("db", "upgrade", "--database-url", "postgresql://nobody@127.0.0.1:1/none")
+    assert code == 1
+    assert out.startswith("error: cannot migrate the database: ")
+    code, out = run("worker", "--agent", "no_such_module:agent", "--database-url", db)
+    assert code == 1
+    assert "Cannot import 'no_such_module'" in out
+    code, out = run("runs", "start", "shop-assistant", "hi", "--demo", "--deps", "{not json", "--database-url", db)
+    assert code == 1
+    assert "--deps is not valid JSON" in out
+    code, out = run("runs", "start", "nobody", "hi", "--database-url", db)
+    assert code == 1
+    assert "No agent named 'nobody'" in out
+
+
+def test_serve_refuses_a_port_in_use(db: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out = run("serve", "--port", str(port), "--database-url", db)
+    assert code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in out
+
+
+def test_settings_from_a_config_file(tmp_path: Path, db: str) -> None:
+    config = tmp_path / "approvals.env"
+    config.write_text(f"APPROVALS_DATABASE_URL={db}\n")
+    code, out = run("db", "current", "--config", str(config))
+    assert code == 0
+    assert out.startswith("current: 0001")

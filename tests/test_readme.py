@@ -1,0 +1,19 @@
+"""The README's agent example is real code: run it exactly as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(r"<!-- example:start -->\s*```python\n(.*?)```\s*<!-- example:end -->", text, re.S)
+    assert block is not None, "the README lost its example markers"
+    exec(compile(block.group(1), "README.md example", "exec"), {"__name__": "readme_example"})  # noqa: S102
+    printed = capsys.readouterr().out
+    assert "refund was denied (Too much.)" in printed

@@ -107,3 +107,25 @@ def test_settings_from_a_config_file(tmp_path: Path, db: str) -> None:
     code, out = run("db", "current", "--config", str(config))
     assert code == 0
     assert out.startswith("current: 0001")
+
+
+def test_worker_stops_cleanly_on_sigterm(db: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with subprocess.Popen(
+        [sys.executable, "-m", "approvals.cli", "worker", "--demo", "--database-url", db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ) as worker:
+        assert worker.stdout is not None
+        first_line = worker.stdout.readline()
+        assert "waiting for ready runs" in first_line
+        time.sleep(0.5)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0

@@ -158,3 +158,23 @@ async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path:
     finally:
         await worker_db.dispose()
         await reviewer_db.dispose()
+
+
+async def test_deps_are_stored_as_data_and_built_by_the_agents_factory(store: Store, tmp_path: Path) -> None:
+    built: list[object] = []
+
+    def factory(data: dict[str, str]) -> dict[str, str]:
+        deps = {**data, "log": str(tmp_path / "log")}  # a resource the stored data only names
+        built.append(data)
+        return deps
+
+    agents = AgentRegistry()
+    agents.register(email_agent, deps_factory=factory)
+    run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"mailbox": "support"})
+    await Resumer(store, agents).resume(run_id)
+    [call] = await store.run_calls(run_id)
+    await store.decide(call.id, Approve(), actor=ALICE)
+    await Resumer(store, agents).resume(run_id)
+    assert built == [{"mailbox": "support"}, {"mailbox": "support"}]  # rebuilt from data at every resume
+    assert tool_log(tmp_path) == ["email ann@example.com"]
+    assert (await store.get_run(run_id)).deps == {"mailbox": "support"}

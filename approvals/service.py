@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from ._canonical import digest
-from .exceptions import InvalidEdit, NotFound, ToolRetryError
+from .exceptions import Conflict, InvalidEdit, NotFound, ToolRetryError
 from .resumer import AgentRegistry, Resumer
 from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
 from .store.models import RunRow, ToolCallRow
@@ -21,6 +21,7 @@ from .store.models import RunRow, ToolCallRow
 __all__ = ("ApprovalService",)
 
 _SETTLED = ("awaiting_approval", "completed", "failed", "cancelled")
+_RESUMABLE = ("ready", "resuming")
 
 
 class ApprovalService:
@@ -56,6 +57,13 @@ class ApprovalService:
             call = await self.store.get_call(call_id)
             verdict = EditAndApprove(args=self.validate_edit(call, verdict.args), args_digest=verdict.args_digest)
         return await self.store.decide(call_id, verdict, actor=actor)
+
+    async def resumable_run(self, run_id: str) -> RunRow:
+        """The run, when it can be resumed now (ready, or being resumed); `Conflict` when it cannot."""
+        run = await self.store.get_run(run_id)
+        if run.status not in _RESUMABLE:
+            raise Conflict(f"Run {run_id!r} is {run.status}, not ready to resume", status=run.status)
+        return run
 
     async def resume_now(self, run_id: str, *, wait: float = 30.0) -> RunRow:
         """Continue a ready run in this process, waiting up to `wait` seconds for it to settle.

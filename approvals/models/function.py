@@ -23,6 +23,15 @@ class AgentInfo:
     allow_text_output: bool
     model_settings: ModelSettings | None
 
+    @classmethod
+    def of(cls, params: ModelRequestParameters, settings: ModelSettings | None) -> AgentInfo:
+        return cls(
+            function_tools=params.function_tools,
+            output_tools=params.output_tools,
+            allow_text_output=params.allow_text_output,
+            model_settings=settings,
+        )
+
 
 FunctionDef: TypeAlias = Callable[
     [Sequence[ModelRequest | ModelResponse], AgentInfo], ModelResponse | Awaitable[ModelResponse]
@@ -50,13 +59,7 @@ class FunctionModel(Model):
         settings: ModelSettings | None,
         params: ModelRequestParameters,
     ) -> ModelResponse:
-        info = AgentInfo(
-            function_tools=params.function_tools,
-            output_tools=params.output_tools,
-            allow_text_output=params.allow_text_output,
-            model_settings=settings,
-        )
-        response = self.function(messages, info)
+        response = self.function(messages, AgentInfo.of(params, settings))
         if inspect.isawaitable(response):
             response = await response
         if response.model_name is None:

@@ -67,12 +67,7 @@ class TestModel(Model):
         params: ModelRequestParameters,
     ) -> ModelResponse:
         step = sum(1 for m in messages if isinstance(m, ModelResponse))
-        info = AgentInfo(
-            function_tools=params.function_tools,
-            output_tools=params.output_tools,
-            allow_text_output=params.allow_text_output,
-            model_settings=settings,
-        )
+        info = AgentInfo.of(params, settings)
         item: ScriptStep = self.script[step] if step < len(self.script) else self._final(messages)
         while callable(item) and not isinstance(item, ModelResponse):
             item = item(messages, info)

@@ -99,6 +99,17 @@ class Queries(StoreBase):
             )
             return list(rows.all())
 
+    async def decisions_for_run(self, run_id: str) -> list[DecisionRow]:
+        """Every reviewer verdict on the calls of one run, oldest first (one query for a run's timeline)."""
+        async with self.db.sessions() as session:
+            rows = await session.scalars(
+                select(DecisionRow)
+                .join(ToolCallRow, ToolCallRow.id == DecisionRow.call_id)
+                .where(ToolCallRow.run_id == run_id)
+                .order_by(DecisionRow.id)
+            )
+            return list(rows.all())
+
     async def tool_definition(self, version: str) -> ToolDefinition:
         async with self.db.sessions() as session:
             row = await session.get(ToolDefinitionRow, version)
@@ -200,6 +211,30 @@ class Queries(StoreBase):
         async with self.db.sessions() as session:
             rows = list((await session.scalars(query)).all())
         return _page(rows, limit, lambda r: encode_cursor(r.id))
+
+    async def last_audit_event_id(self) -> int:
+        """The id of the newest audit event; 0 while the log is empty."""
+        async with self.db.sessions() as session:
+            return await session.scalar(select(func.max(AuditEventRow.id))) or 0
+
+    async def audit_events_after(
+        self, last_id: int, *, actions: Sequence[str] | None = None, limit: int = 500
+    ) -> list[AuditEventRow]:
+        """Events with an id above `last_id`, oldest first: for readers that follow the log (webhooks).
+
+        Appends are serialized until commit, so ids become visible in order and following
+        them never skips an event.
+        """
+        query = (
+            select(AuditEventRow)
+            .where(AuditEventRow.id > last_id)
+            .order_by(AuditEventRow.id)
+            .limit(max(1, min(limit, 10_000)))
+        )
+        if actions is not None:
+            query = query.where(AuditEventRow.action.in_(list(actions)))
+        async with self.db.sessions() as session:
+            return list((await session.scalars(query)).all())
 
     async def verify_audit(self) -> AuditVerification:
         """Check the audit log's hash chain end to end."""

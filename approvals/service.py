@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from ._canonical import digest
 from .exceptions import Conflict, InvalidEdit, NotFound, ToolRetryError
@@ -27,10 +28,19 @@ _RESUMABLE = ("ready", "resuming")
 class ApprovalService:
     """Starting runs, deciding calls and resuming runs, with validation and permissions."""
 
-    def __init__(self, store: Store, registry: AgentRegistry, *, worker_id: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: AgentRegistry,
+        *,
+        worker_id: str | None = None,
+        background: TaskGroup | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.resumer = Resumer(store, registry, worker_id=worker_id)
+        self.background = background
+        """Where resumes started by `resume_now` run, so they outlive the request that asked."""
 
     async def start_run(self, agent_name: str, prompt: str, *, actor: Actor, deps: Any = None) -> str:
         """Queue a run of a registered agent; returns its id."""
@@ -68,11 +78,18 @@ class ApprovalService:
     async def resume_now(self, run_id: str, *, wait: float = 30.0) -> RunRow:
         """Continue a ready run in this process, waiting up to `wait` seconds for it to settle.
 
+        The resume itself is never cut short by the wait: abandoning a run midway would leave
+        its lease held and an executing call's outcome unknown. With a `background` task group
+        (the web app's) it goes on there after the wait; without one, the wait ends when it does.
         If another worker already holds the run, wait for that worker instead.
         """
         async with self.store.notifier.listen(RUNS_CHANNEL) as changes:
             with anyio.move_on_after(wait):
-                await self.resumer.resume(run_id)
+                if self.background is not None:
+                    self.background.start_soon(self.resumer.resume, run_id)
+                else:
+                    with anyio.CancelScope(shield=True):
+                        await self.resumer.resume(run_id)
                 while (await self.store.get_run(run_id)).status not in _SETTLED:
                     with anyio.move_on_after(1.0):  # a missed wake-up costs at most a second
                         while await changes.receive() != run_id:

@@ -1,9 +1,420 @@
-"""The JSON API under /api: runs, calls, decisions, resumes and the audit log."""
+"""The JSON API under /api: runs, calls, decisions, resumes and the audit log.
+
+Handlers parse, call the service or the store, and render a schema from `web.schemas`;
+every error is an RFC 9457 problem (see `web.problems`). The actor comes from
+authentication only (`web.auth`): state-changing requests without one are 401 before the
+CSRF check, which then applies to cookie sessions (bearer tokens are exempt).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+import csv
+import datetime as dt
+import io
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, assert_never
 
-from .auth import verify_csrf
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
-router = APIRouter(prefix="/api", tags=["api"], dependencies=[Depends(verify_csrf)])
+from approvals.exceptions import UserError
+from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdict
+from approvals.store.models import AuditEventRow
+from approvals.store.queries import decode_cursor
+
+from .auth import SAFE_METHODS, AdminAPI, ContextDep, ReviewerAPI, ViewerAPI, current_actor, verify_csrf
+from .problems import PROBLEM_JSON
+from .schemas import (
+    ActorOut,
+    AnswerVerdict,
+    ApproveVerdict,
+    AuditEventOut,
+    AuditPage,
+    AuditVerificationOut,
+    CallDetail,
+    CallList,
+    CallOut,
+    CallPage,
+    CallStatus,
+    Cancel,
+    Decision,
+    DenyVerdict,
+    EditVerdict,
+    Name,
+    Problem,
+    Resume,
+    RunMessages,
+    RunOut,
+    RunPage,
+    RunStatus,
+    StartRun,
+    UtcDatetime,
+    check_text,
+)
+
+
+async def authenticate_writes(request: Request) -> None:
+    """A state-changing request from nobody is a 401 (the CSRF check is for logged-in browsers)."""
+    if request.method not in SAFE_METHODS and await current_actor(request) is None:
+        raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
+
+
+router = APIRouter(prefix="/api", tags=["api"], dependencies=[Depends(authenticate_writes), Depends(verify_csrf)])
+
+_ERRORS = {
+    400: "Malformed request, such as an invalid page cursor.",
+    401: "Not authenticated, or the API token is invalid or revoked.",
+    403: "The actor's role does not allow this, or a cookie request lacks its CSRF token.",
+    404: "No such run, call or agent.",
+    409: "The state changed: the call was already decided (`decided_by` says by whom) or the run is not in a state "
+    "that allows this (`status_now`).",
+    422: "The request is not valid; `errors` lists each invalid field with its location.",
+}
+
+
+def errors(*codes: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the problem responses a route can give."""
+    return {
+        code: {
+            "model": Problem,
+            "description": descriptions.get(f"e{code}", _ERRORS[code]),
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for code in codes
+    }
+
+
+RunId = Annotated[Name, Path(description="The run's id.")]
+CallId = Annotated[Name, Path(description="The call's id.")]
+Cursor = Annotated[str, Field(max_length=2_000, description="`next_cursor` of the previous page.")]
+
+
+def checked_cursor(after: str | None, *kinds: type) -> str | None:
+    """A page cursor the store can use; a tampered one is a 400 problem, never a database error."""
+    if after is None:
+        return None
+    for value in decode_cursor(after, kinds):
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            raise UserError(f"Invalid page cursor {after!r}")
+        if isinstance(value, int) and not 0 <= value < 2**63:
+            raise UserError(f"Invalid page cursor {after!r}")
+        if isinstance(value, str):
+            try:
+                check_text(value)
+            except ValueError:
+                raise UserError(f"Invalid page cursor {after!r}") from None
+    return after
+
+
+class RunFilters(BaseModel):
+    status: RunStatus | None = None
+    agent: Name | None = None
+    after: Cursor | None = None
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
+
+
+class CallFilters(BaseModel):
+    status: CallStatus | Literal["all"] = Field("pending", description="A call status, or `all`.")
+    agent: Name | None = None
+    tool: Name | None = None
+    q: (
+        Annotated[
+            str,
+            StringConstraints(max_length=200),
+            AfterValidator(check_text),
+            Field(description="Text to find in the model's arguments."),
+        ]
+        | None
+    ) = None
+    after: Cursor | None = None
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
+
+
+class AuditFilters(BaseModel):
+    since: UtcDatetime | None = Field(None, description="Events at or after this time (UTC unless it says).")
+    until: UtcDatetime | None = Field(None, description="Events before this time.")
+    actor: Name | None = None
+    action: Name | None = Field(None, description="E.g. `call.approved`, `run.completed`.")
+    agent: Name | None = None
+    tool: Name | None = None
+    run: Name | None = Field(None, description="A run id.")
+
+    def store_filters(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "until": self.until,
+            "actor": self.actor,
+            "action": self.action,
+            "agent_name": self.agent,
+            "tool_name": self.tool,
+            "run_id": self.run,
+        }
+
+
+class AuditListFilters(AuditFilters):
+    after: Cursor | None = None
+    limit: Annotated[int, Field(ge=1, le=1_000)] = 100
+
+
+# Who am I
+
+
+@router.get("/me", summary="The authenticated actor", responses=errors(401))
+async def me(actor: ViewerAPI) -> ActorOut:
+    return ActorOut(id=actor.id, role=actor.role, groups=sorted(actor.groups))
+
+
+# Runs
+
+
+@router.post(
+    "/runs",
+    status_code=201,
+    summary="Start a run of a registered agent",
+    description="Queues the run for a worker; the response has a `Location` header naming the new run.",
+    responses=errors(401, 403, 404, 422, e404="No agent with that name is registered."),
+)
+async def start_run(body: StartRun, actor: ReviewerAPI, context: ContextDep, response: Response) -> RunOut:
+    run_id = await context.service.start_run(body.agent, body.prompt, actor=actor, deps=body.deps)
+    response.headers["Location"] = f"/api/runs/{run_id}"
+    return RunOut.from_row(await context.store.get_run(run_id))
+
+
+@router.get("/runs", summary="List runs, newest first", responses=errors(400, 401, 422))
+async def list_runs(actor: ViewerAPI, context: ContextDep, filters: Annotated[RunFilters, Query()]) -> RunPage:
+    page = await context.store.list_runs(
+        status=filters.status,
+        agent_name=filters.agent,
+        after=checked_cursor(filters.after, dt.datetime, str),
+        limit=filters.limit,
+    )
+    return RunPage(items=[RunOut.from_row(r) for r in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/runs/{run_id}", summary="A run's status, output and error", responses=errors(401, 404, 422))
+async def get_run(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> RunOut:
+    return RunOut.from_row(await context.store.get_run(run_id))
+
+
+@router.get("/runs/{run_id}/messages", summary="A run's stored message history", responses=errors(401, 404, 422))
+async def run_messages(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> RunMessages:
+    await context.store.get_run(run_id)  # 404 for an unknown run rather than an empty history
+    return RunMessages(run_id=run_id, messages=await context.store.load_history(run_id))
+
+
+@router.get("/runs/{run_id}/calls", summary="The calls of a run that needed a person", responses=errors(401, 404, 422))
+async def run_calls(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> CallList:
+    await context.store.get_run(run_id)
+    return CallList(items=[CallOut.from_row(c) for c in await context.store.run_calls(run_id)])
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    summary="Stop a run that has not ended (admin)",
+    description="Its open calls are cancelled; a run that is being resumed right now is a 409.",
+    responses=errors(401, 403, 404, 409, 422),
+)
+async def cancel_run(
+    run_id: RunId, actor: AdminAPI, context: ContextDep, body: Annotated[Cancel | None, Body()] = None
+) -> RunOut:
+    await context.store.cancel_run(run_id, actor=actor, reason=body.reason if body else None)
+    return RunOut.from_row(await context.store.get_run(run_id))
+
+
+@router.post(
+    "/runs/{run_id}/retry",
+    status_code=202,
+    summary="Send a failed run back to the workers (admin)",
+    description="The run continues from its stored history; only failed runs can be retried.",
+    responses=errors(401, 403, 404, 409, 422),
+)
+async def retry_run(run_id: RunId, actor: AdminAPI, context: ContextDep) -> RunOut:
+    await context.store.retry_run(run_id, actor=actor)
+    return RunOut.from_row(await context.store.get_run(run_id))
+
+
+@router.post(
+    "/runs/{run_id}/resume",
+    summary="Resume a ready run now, or leave it to the workers",
+    description=(
+        'With `{"wait": seconds}` the run is resumed in this process and the answer (200) is its state once it '
+        "settles or the time is up. With `null` the run is left to the workers (a ready run is already queued) and "
+        "the answer is 202 with its status. A run that is not ready (still awaiting approval, or ended) is a 409."
+    ),
+    responses={
+        202: {"model": RunOut, "description": "The run is queued for the workers."},
+        **errors(401, 403, 404, 409, 422),
+    },
+)
+async def resume_run(
+    run_id: RunId,
+    actor: ReviewerAPI,
+    context: ContextDep,
+    response: Response,
+    body: Annotated[Resume | None, Body()] = None,
+) -> RunOut:
+    run = await context.service.resumable_run(run_id)
+    wait = body.wait if body else None
+    if wait is None:
+        response.status_code = 202
+        return RunOut.from_row(run)
+    return RunOut.from_row(await context.service.resume_now(run_id, wait=wait))
+
+
+# Calls
+
+
+@router.get("/calls", summary="The inbox: calls waiting for a person, oldest first", responses=errors(400, 401, 422))
+async def list_calls(actor: ViewerAPI, context: ContextDep, filters: Annotated[CallFilters, Query()]) -> CallPage:
+    page = await context.store.list_calls(
+        status=None if filters.status == "all" else filters.status,
+        agent_name=filters.agent,
+        tool_name=filters.tool,
+        search=filters.q,
+        after=checked_cursor(filters.after, dt.datetime, str),
+        limit=filters.limit,
+    )
+    counts = await context.store.count_calls_by_status(agent_name=filters.agent, tool_name=filters.tool)
+    return CallPage(items=[CallOut.from_row(c) for c in page.items], next_cursor=page.next_cursor, counts=counts)
+
+
+@router.get(
+    "/calls/{call_id}",
+    summary="A call with its validated arguments, tool definition and decisions",
+    responses=errors(401, 404, 422),
+)
+async def get_call(call_id: CallId, actor: ViewerAPI, context: ContextDep) -> CallDetail:
+    call = await context.store.get_call(call_id)
+    definition = await context.store.tool_definition(call.tool_version)
+    return CallDetail.build(call, definition, await context.store.decisions_for(call_id))
+
+
+@router.post(
+    "/calls/{call_id}/decision",
+    summary="Approve, deny, edit and approve, or answer a pending call",
+    description=(
+        "The body's `verdict` picks the kind. Edited arguments are validated by the tool's own validator (422 with "
+        "field `errors`, nothing saved). Send the call's `current_args_digest` as `args_digest` to refuse the "
+        "approval if the arguments changed since you showed them. Reviewers may not approve calls of runs they "
+        "started (403)."
+    ),
+    responses=errors(401, 403, 404, 409, 422),
+)
+async def decide(
+    call_id: CallId, body: Annotated[Decision, Body()], actor: ReviewerAPI, context: ContextDep
+) -> CallOut:
+    return CallOut.from_row(await context.service.decide(call_id, to_verdict(body), actor=actor))
+
+
+def to_verdict(body: ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict) -> Verdict:
+    match body:
+        case ApproveVerdict():
+            return Approve(args_digest=body.args_digest)
+        case DenyVerdict():
+            return Deny(reason=body.reason)
+        case EditVerdict():
+            return EditAndApprove(args=body.args, args_digest=body.args_digest)
+        case AnswerVerdict():
+            return Answer(content=body.content)
+        case _:
+            assert_never(body)
+
+
+# Audit log
+
+
+@router.get("/audit", summary="Audit events, newest first", responses=errors(400, 401, 422))
+async def list_audit(actor: ViewerAPI, context: ContextDep, filters: Annotated[AuditListFilters, Query()]) -> AuditPage:
+    page = await context.store.audit_events(
+        **filters.store_filters(), after=checked_cursor(filters.after, int), limit=filters.limit
+    )
+    return AuditPage(items=[AuditEventOut.from_row(e) for e in page.items], next_cursor=page.next_cursor)
+
+
+@router.get(
+    "/audit/export",
+    summary="Download every matching audit event, oldest first",
+    description=(
+        "Streams CSV or JSON Lines (one event per line, exactly as stored). The export stops at the event that was "
+        "newest when it began. In CSV, cells a spreadsheet would run as a formula are prefixed with `'`."
+    ),
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The events.",
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            },
+        },
+        **errors(401, 422),
+    },
+)
+async def export_audit(
+    actor: ViewerAPI,
+    context: ContextDep,
+    filters: Annotated[AuditFilters, Query()],
+    format: Literal["csv", "jsonl"] = "jsonl",
+) -> StreamingResponse:
+    media_type = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson"
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return StreamingResponse(
+        _export(context.store, filters, format),
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="audit-{stamp}.{format}"'},
+    )
+
+
+@router.get("/audit/verify", summary="Check the audit log's hash chain end to end", responses=errors(401))
+async def verify_audit(actor: ViewerAPI, context: ContextDep) -> AuditVerificationOut:
+    return AuditVerificationOut.from_result(await context.store.verify_audit())
+
+
+_CSV_COLUMNS = ("id", "at", "actor", "action", "subject_type", "subject_id", "run_id", "agent", "tool", "details")
+_CSV_COLUMNS_WITH_HASHES = (*_CSV_COLUMNS, "prev_hash", "hash")
+
+
+async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "jsonl"]) -> AsyncIterator[str]:
+    head = await store.last_audit_event_id()
+    after: str | None = None
+    if format == "csv":
+        yield _csv_lines([_CSV_COLUMNS_WITH_HASHES])
+    while True:
+        page = await store.audit_events(**filters.store_filters(), after=after, limit=1_000, newest_first=False)
+        rows = [row for row in page.items if row.id <= head]
+        if rows:
+            yield _csv_lines(_csv_row(r) for r in rows) if format == "csv" else _jsonl(rows)
+        if page.next_cursor is None or len(rows) < len(page.items):
+            return
+        after = page.next_cursor
+
+
+def _jsonl(rows: list[AuditEventRow]) -> str:
+    return "".join(AuditEventOut.from_row(row).model_dump_json() + "\n" for row in rows)
+
+
+def _csv_row(row: AuditEventRow) -> list[str]:
+    event = AuditEventOut.from_row(row)
+    details = json.dumps(event.details, sort_keys=True, ensure_ascii=False) if event.details is not None else ""
+    return [
+        str(event.id),
+        event.at.isoformat(),
+        *(_no_formula(v or "") for v in (event.actor, event.action, event.subject_type, event.subject_id)),
+        *(_no_formula(v or "") for v in (event.run_id, event.agent, event.tool)),
+        details,
+        event.prev_hash,
+        event.hash,
+    ]
+
+
+def _no_formula(cell: str) -> str:
+    """Spreadsheets run cells that start with these as formulas (CSV injection)."""
+    return "'" + cell if cell.startswith(("=", "+", "-", "@", "\t", "\r")) else cell
+
+
+def _csv_lines(rows: Any) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()

@@ -6,6 +6,7 @@ Every change is audited. The plaintext of a token exists only in the return valu
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from sqlalchemy import select, update
@@ -15,6 +16,8 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password, hash_token, new_token, verify_password
 from ._base import ROLE_RANK, Actor, StoreBase, utcnow
 from .models import ApiTokenRow, UserRow
+
+_LAST_USED_GRANULARITY = dt.timedelta(minutes=1)
 
 
 def _check_role(role: str) -> None:
@@ -129,7 +132,9 @@ class AccountOps(StoreBase):
             )
             if row is None:
                 return None
-            row.last_used_at = utcnow()
+            now = utcnow()
+            if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
+                row.last_used_at = now  # coarse on purpose: a write per request would cost every API call
             role = row.role
             return Actor(id=f"token:{row.name}", role=role if role in ROLE_RANK else "viewer")  # type: ignore[arg-type]
 

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .._canonical import digest
-from ..exceptions import Conflict, Forbidden, NotFound
+from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import SYSTEM, Actor, StoreBase, Transaction, utcnow
 from .lifecycle import OPEN_CALL_STATUSES
 from .models import DecisionRow, RunRow, ToolCallRow
@@ -65,7 +65,7 @@ class DecisionOps(StoreBase):
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
         if isinstance(verdict, Deny) and not verdict.reason.strip():
-            raise Forbidden("A denial needs a reason: the model reads it")  # refused before any write
+            raise UserError("A denial needs a reason: the model reads it")  # refused before any write
         try:
             async with self.transaction() as tx:
                 found = (

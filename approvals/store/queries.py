@@ -45,9 +45,25 @@ def decode_cursor(cursor: str, kinds: Sequence[type]) -> list[Any]:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if not isinstance(values, list) or len(values) != len(kinds):
             raise ValueError("wrong shape")
-        return [dt.datetime.fromisoformat(v) if k is dt.datetime else k(v) for v, k in zip(values, kinds, strict=True)]
+        return [_cursor_value(value, kind) for value, kind in zip(values, kinds, strict=True)]
     except (ValueError, TypeError) as exc:
         raise UserError(f"Invalid page cursor {cursor!r}") from exc
+
+
+def _cursor_value(value: Any, kind: type) -> Any:
+    """One cursor value, checked so that the database never sees something it would reject."""
+    if kind is dt.datetime:
+        parsed = dt.datetime.fromisoformat(value)
+        if parsed.tzinfo is None:
+            raise ValueError("naive datetime")
+        return parsed
+    if kind is int:
+        if type(value) is not int or not 0 <= value < 2**63:
+            raise ValueError("integer out of range")
+        return value
+    if not isinstance(value, str) or "\x00" in value or len(value) > 200:
+        raise ValueError("bad string")
+    return value
 
 
 class Queries(StoreBase):

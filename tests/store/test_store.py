@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from approvals import Conflict, Forbidden, NotFound
+from approvals import Conflict, Forbidden, NotFound, UserError
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
 from approvals.store.models import ToolCallRow
@@ -154,7 +154,7 @@ async def test_roles_and_own_runs(store: Store, tmp_path: Path) -> None:
     with pytest.raises(Forbidden, match="started this run"):
         await store.decide(calls["refund"].id, Approve(), actor=SERVICE)
     await store.decide(calls["refund"].id, Deny(reason="Not mine to approve."), actor=SERVICE)  # denying is allowed
-    with pytest.raises(Forbidden, match="needs a reason"):
+    with pytest.raises(UserError, match="needs a reason"):
         await store.decide(calls["delete_customer"].id, Deny(reason="  "), actor=ALICE)
     await store.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
     with pytest.raises(Conflict, match="already approved"):

@@ -1,0 +1,438 @@
+"""The JSON API's request and response bodies, and the checks on what clients send.
+
+Request bodies forbid unknown fields, so a client cannot slip in an actor or a status: who
+acts comes from authentication only. Text and JSON values are checked before they reach
+the database (no NUL characters, lone surrogates or non-finite numbers, which PostgreSQL
+and the canonical digests refuse), so bad input is a 422 problem rather than a 500.
+Responses are built from store rows by the `from_row` constructors; the API says `agent`
+and `tool` where the tables say `agent_name` and `tool_name`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from approvals.messages import ModelMessage
+from approvals.store.audit import AuditVerification
+from approvals.store.models import AuditEventRow, DecisionRow, RunRow, ToolCallRow
+from approvals.tools import ToolDefinition
+
+RunStatus: TypeAlias = Literal["running", "awaiting_approval", "ready", "resuming", "completed", "failed", "cancelled"]
+CallStatus: TypeAlias = Literal[
+    "pending",
+    "approved",
+    "denied",
+    "answered",
+    "expired",
+    "executing",
+    "succeeded",
+    "failed",
+    "outcome_unknown",
+    "cancelled",
+]
+
+
+def check_text(value: str) -> str:
+    """Refuse text the database cannot store: NUL characters and lone surrogates."""
+    if "\x00" in value:
+        raise ValueError("text may not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+def check_json(value: Any) -> Any:
+    """Refuse JSON values the database or the digests cannot store, at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            check_text(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+def not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("may not be blank")
+    return value
+
+
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """A datetime without a timezone is taken to be UTC."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+Text = Annotated[str, AfterValidator(check_text)]
+JsonValue = Annotated[Any, AfterValidator(check_json)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(check_text)]
+"""An id or name in a path or filter: a run, call, agent, tool, actor or action."""
+UtcDatetime = Annotated[dt.datetime, AfterValidator(as_utc)]
+
+
+class FieldError(BaseModel):
+    """One invalid field: where it is (`args.amount`, `query.limit`) and what is wrong."""
+
+    loc: str
+    msg: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem details object: every API error has this shape."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldError] | None = None
+    """Invalid fields (422), each with its location and message."""
+    decided_by: str | None = None
+    """On a 409 for a decided call: who decided it."""
+    status_now: str | None = None
+    """On a 409: the status the call or run has now."""
+
+
+# Requests
+
+
+class Strict(BaseModel):
+    """A request body: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(Strict):
+    """Start a run of a registered agent."""
+
+    agent: Name
+    """The agent's registered name."""
+    prompt: Annotated[str, StringConstraints(max_length=100_000), AfterValidator(check_text)]
+    """The user prompt the run starts from."""
+    deps: JsonValue = None
+    """JSON data the agent's deps factory turns into its run dependencies."""
+
+
+class ApproveVerdict(Strict):
+    """Run the call with its current arguments."""
+
+    verdict: Literal["approve"]
+    args_digest: Name | None = None
+    """The `current_args_digest` the client showed; refused with 409 if the arguments changed since."""
+
+
+class DenyVerdict(Strict):
+    """Do not run the call; the model reads the reason."""
+
+    verdict: Literal["deny"]
+    reason: Annotated[str, StringConstraints(max_length=10_000), AfterValidator(check_text), AfterValidator(not_blank)]
+    """Why not; the model reads it. It may not be blank."""
+
+
+class EditVerdict(Strict):
+    """Run the call with these arguments instead; they are validated by the tool's own validator."""
+
+    verdict: Literal["edit"]
+    args: Annotated[dict[str, Any], AfterValidator(check_json)]
+    args_digest: Name | None = None
+    """The `current_args_digest` of the arguments the edit started from."""
+
+
+class AnswerVerdict(Strict):
+    """Do not run the call; `content` is the result the model receives instead."""
+
+    verdict: Literal["answer"]
+    content: JsonValue
+
+
+Decision = Annotated[ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict, Field(discriminator="verdict")]
+
+
+class Resume(Strict):
+    """How to resume: wait here for the run (seconds), or leave it to the workers (null)."""
+
+    wait: Annotated[float, Field(gt=0, le=60)] | None = None
+    """Resume in this process and answer with the run's state after at most this many seconds."""
+
+
+class Cancel(Strict):
+    """Why a run is being stopped."""
+
+    reason: Annotated[str, StringConstraints(max_length=10_000), AfterValidator(check_text)] | None = None
+
+
+# Responses
+
+
+class ActorOut(BaseModel):
+    """Who the request is authenticated as."""
+
+    id: str
+    role: str
+    groups: list[str]
+
+
+class RunOut(BaseModel):
+    """A run: its status and, once it ended, its output or error."""
+
+    id: str
+    agent: str
+    status: RunStatus
+    prompt: str | None
+    output: Any
+    error: str | None
+    started_by: str | None
+    message_count: int
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: RunRow) -> RunOut:
+        return cls(
+            id=row.id,
+            agent=row.agent_name,
+            status=row.status,  # type: ignore[arg-type]
+            prompt=row.prompt,
+            output=row.output,
+            error=row.error,
+            started_by=row.started_by,
+            message_count=row.message_count,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+
+class RunPage(BaseModel):
+    """One page of runs, newest first; pass `next_cursor` as `after` for the next."""
+
+    items: list[RunOut]
+    next_cursor: str | None
+
+
+class RunMessages(BaseModel):
+    """A run's stored message history, oldest first, in the lossless stored JSON shape."""
+
+    run_id: str
+    messages: list[ModelMessage]
+
+
+class CallOut(BaseModel):
+    """A tool call that needed a person: validated arguments, status and outcome."""
+
+    id: str
+    run_id: str
+    tool_call_id: str
+    agent: str
+    tool: str
+    tool_version: str
+    args: Any
+    """The model's arguments, as validated by the tool's validator."""
+    args_digest: str
+    edited_args: Any
+    """A reviewer's edited arguments, which replace `args` when the call runs."""
+    edited_args_digest: str | None
+    current_args_digest: str
+    """Digest of the arguments an approval approves now: send it back as `args_digest`."""
+    status: CallStatus
+    reason: str | None
+    """Why the tool asked for approval, when it said."""
+    approvals_required: int
+    expires_at: dt.datetime | None
+    verdict: str | None
+    decided_by: str | None
+    decided_at: dt.datetime | None
+    denial_reason: str | None
+    answer: Any
+    result: Any
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def fields_of(cls, row: ToolCallRow) -> dict[str, Any]:
+        return {
+            "id": row.id,
+            "run_id": row.run_id,
+            "tool_call_id": row.tool_call_id,
+            "agent": row.agent_name,
+            "tool": row.tool_name,
+            "tool_version": row.tool_version,
+            "args": row.args,
+            "args_digest": row.args_digest,
+            "edited_args": row.override_args,
+            "edited_args_digest": row.override_digest,
+            "current_args_digest": row.override_digest or row.args_digest,
+            "status": row.status,
+            "reason": row.reason,
+            "approvals_required": row.approvals_required,
+            "expires_at": row.expires_at,
+            "verdict": row.verdict,
+            "decided_by": row.decided_by,
+            "decided_at": row.decided_at,
+            "denial_reason": row.denial_reason,
+            "answer": row.answer,
+            "result": row.result,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: ToolCallRow) -> CallOut:
+        return cls(**cls.fields_of(row))
+
+
+class CallList(BaseModel):
+    """Calls, oldest first."""
+
+    items: list[CallOut]
+
+
+class CallPage(BaseModel):
+    """One page of the inbox, oldest first, and how many calls have each status (same agent/tool filters)."""
+
+    items: list[CallOut]
+    next_cursor: str | None
+    counts: dict[str, int]
+
+
+class ToolDefinitionOut(BaseModel):
+    """The tool definition the model saw when it made the call."""
+
+    name: str
+    description: str
+    parameters_json_schema: dict[str, Any]
+    strict: bool | None
+    sequential: bool
+    metadata: dict[str, Any] | None
+    version: str
+
+    @classmethod
+    def from_definition(cls, definition: ToolDefinition) -> ToolDefinitionOut:
+        return cls(
+            name=definition.name,
+            description=definition.description,
+            parameters_json_schema=definition.parameters_json_schema,
+            strict=definition.strict,
+            sequential=definition.sequential,
+            metadata=definition.metadata,
+            version=definition.version,
+        )
+
+
+class DecisionOut(BaseModel):
+    """One reviewer's verdict on a call."""
+
+    id: int
+    actor: str
+    verdict: str
+    reason: str | None
+    args_digest: str
+    """Digest of the arguments this verdict was given for."""
+    edited_args: Any
+    answer: Any
+    consumed_at: dt.datetime | None
+    """When an approval was used up by running the call."""
+    created_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: DecisionRow) -> DecisionOut:
+        return cls(
+            id=row.id,
+            actor=row.actor,
+            verdict=row.verdict,
+            reason=row.reason,
+            args_digest=row.args_digest,
+            edited_args=row.edited_args,
+            answer=row.answer,
+            consumed_at=row.consumed_at,
+            created_at=row.created_at,
+        )
+
+
+class CallDetail(CallOut):
+    """A call with the tool definition the model saw and the decisions made so far."""
+
+    tool_definition: ToolDefinitionOut
+    decisions: list[DecisionOut]
+
+    @classmethod
+    def build(cls, row: ToolCallRow, definition: ToolDefinition, decisions: list[DecisionRow]) -> CallDetail:
+        return cls(
+            **CallOut.fields_of(row),
+            tool_definition=ToolDefinitionOut.from_definition(definition),
+            decisions=[DecisionOut.from_row(d) for d in decisions],
+        )
+
+
+class AuditEventOut(BaseModel):
+    """One audit event and its place in the hash chain."""
+
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    subject_type: str
+    subject_id: str
+    run_id: str | None
+    agent: str | None
+    tool: str | None
+    details: Any
+    prev_hash: str
+    hash: str
+
+    @classmethod
+    def from_row(cls, row: AuditEventRow) -> AuditEventOut:
+        return cls(
+            id=row.id,
+            at=row.at,
+            actor=row.actor,
+            action=row.action,
+            subject_type=row.subject_type,
+            subject_id=row.subject_id,
+            run_id=row.run_id,
+            agent=row.agent_name,
+            tool=row.tool_name,
+            details=row.details,
+            prev_hash=row.prev_hash,
+            hash=row.hash,
+        )
+
+
+class AuditPage(BaseModel):
+    """One page of audit events, newest first."""
+
+    items: list[AuditEventOut]
+    next_cursor: str | None
+
+
+class AuditVerificationOut(BaseModel):
+    """The result of recomputing the audit log's hash chain."""
+
+    ok: bool
+    checked: int
+    head_hash: str
+    """Hash of the last event: keep a copy elsewhere to detect a truncated tail later."""
+    first_bad_id: int | None
+    problem: str | None
+
+    @classmethod
+    def from_result(cls, result: AuditVerification) -> AuditVerificationOut:
+        return cls(
+            ok=result.ok,
+            checked=result.checked,
+            head_hash=result.head_hash,
+            first_bad_id=result.first_bad_id,
+            problem=result.problem,
+        )

@@ -41,13 +41,12 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         agents = registry or AgentRegistry()
         for path in settings.agents:
             agents.load(path)
-        context = AppContext(
-            settings=settings, db=db, store=store, registry=agents, service=ApprovalService(store, agents)
-        )
-        app.state.context = context
         stop = anyio.Event()
         try:
             async with anyio.create_task_group() as group:
+                service = ApprovalService(store, agents, background=group)
+                context = AppContext(settings=settings, db=db, store=store, registry=agents, service=service)
+                app.state.context = context
                 if settings.worker:
                     group.start_soon(lambda: run_worker(store, agents, stop=stop))
                 if settings.webhook_urls:

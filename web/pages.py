@@ -1,9 +1,535 @@
-"""The reviewer's HTML pages: inbox, call detail, runs and the audit log."""
+"""The reviewer's HTML pages: inbox, call detail with its decisions, runs and the audit log.
+
+Handlers parse the request, call the service or the store, and render. A request from
+htmx (`HX-Request`) gets the fragment of the widget it changed, rendered from the same
+named block as the full page; any other form post is answered 303 back to the page
+(post-redirect-get), so every action works without JavaScript. Errors a reviewer can fix
+(a field the tool's validator refused, a call someone else decided first) come back in
+the widget itself with 422 or 409; `static/approvals.js` lets htmx swap those.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
-from .auth import verify_csrf
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import RedirectResponse, Response
+
+from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
+from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.tools import ToolDefinition
+
+from . import sse, views
+from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
+from .context import AppContext
+from .templating import TEMPLATES, render
 
 router = APIRouter(dependencies=[Depends(verify_csrf)])
+router.include_router(sse.router)
+
+PAGE_SIZE = 50
+View = Literal["card", "row"]
+"""Which widget a decision form belongs to: the call page's card or an inbox row."""
+
+TEMPLATES.env.filters.update(tone=views.tone, verdict=views.verdict_label, as_text=views.as_text)
+
+
+def _is_htmx(request: Request) -> bool:
+    """An htmx request for a fragment (a history restore wants the whole page)."""
+    return bool(request.headers.get("hx-request")) and not request.headers.get("hx-history-restore-request")
+
+
+def _page(
+    request: Request, template: str, context: dict[str, Any], *, block: str | None = None, status: int = 200
+) -> Response:
+    """The whole page, or `block` alone for htmx; the answer depends on HX-Request, so say so."""
+    response = render(request, template, context, block=block if _is_htmx(request) else None, status=status)
+    response.headers["Vary"] = "HX-Request"
+    return response
+
+
+def _see_other(url: str) -> Response:
+    return RedirectResponse(url, status_code=303, headers={"Vary": "HX-Request"})
+
+
+# --- inbox ---------------------------------------------------------------------------------
+
+
+@dataclass
+class InboxRow:
+    """A call as one line of the inbox."""
+
+    call: ToolCallRow
+    summary: str
+    full_args: str
+    digest: str
+    expiring_soon: bool
+    is_open: bool
+    can_decide: bool
+    approvals: list[str] = field(default_factory=list)
+    message: str | None = None
+
+
+_DEFINITIONS: dict[str, ToolDefinition] = {}
+
+
+async def _definition(context: AppContext, version: str) -> ToolDefinition:
+    """A stored tool definition; its version is a hash of its content, so each is read once per process."""
+    definition = _DEFINITIONS.get(version)
+    if definition is None:
+        definition = await context.store.tool_definition(version)
+        if len(_DEFINITIONS) > 1_000:
+            _DEFINITIONS.clear()
+        _DEFINITIONS[version] = definition
+    return definition
+
+
+async def _row(
+    context: AppContext, actor: Actor, call: ToolCallRow, decisions: list[DecisionRow] | None = None
+) -> InboxRow:
+    args = views.effective_args(call)
+    schema = (await _definition(context, call.tool_version)).parameters_json_schema
+    return InboxRow(
+        call=call,
+        summary=views.summarize(args, schema=schema),
+        full_args=json.dumps(args, ensure_ascii=False, sort_keys=True),
+        digest=views.current_digest(call),
+        expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
+        is_open=call.status in views.OPEN_STATUSES,
+        can_decide=actor.can("reviewer") and call.status in views.OPEN_STATUSES,
+        approvals=views.current_approvals(call, decisions or []),
+    )
+
+
+def _tool_names(context: AppContext) -> list[str]:
+    names = {name for agent in context.registry.names for name in context.registry.get(agent).agent.tools}
+    return sorted(names)
+
+
+@router.get("/")
+async def inbox(
+    request: Request,
+    actor: ViewerPage,
+    context: ContextDep,
+    status: str = "pending",
+    agent: str = "",
+    tool: str = "",
+    q: str = "",
+    after: str | None = None,
+) -> Response:
+    filters = {"status": status, "agent": agent, "tool": tool, "q": q}
+    page = await context.store.list_calls(
+        status=None if status == "all" else status or None,
+        agent_name=agent or None,
+        tool_name=tool or None,
+        search=q or None,
+        after=after,
+        limit=PAGE_SIZE,
+    )
+    counts = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
+    shown = {k: v for k, v in filters.items() if v}
+    return _page(
+        request,
+        "inbox.html",
+        {
+            "filters": filters,
+            "rows": [await _row(context, actor, call) for call in page.items],
+            "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == "pending"],
+            "total": sum(counts.values()),
+            "statuses": views.CALL_STATUSES,
+            "agents": context.registry.names,
+            "tools": _tool_names(context),
+            "query": urlencode({**shown, **({"after": after} if after else {})}),
+            "status_links": {s: "/?" + urlencode({**shown, "status": s}) for s in (*views.CALL_STATUSES, "all")},
+            "next_url": "/?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
+            "first_url": "/?" + urlencode(shown) if after else None,
+        },
+        block="inbox",
+    )
+
+
+# --- a call and its decisions --------------------------------------------------------------
+
+
+@dataclass
+class Card:
+    """One call as a stateful widget: what it asks for, who decided what, and what the viewer may do."""
+
+    call: ToolCallRow
+    description: str
+    fields: list[views.ArgField]
+    raw_json: str
+    digest: str
+    decisions: list[DecisionRow]
+    approvals: list[str]
+    is_open: bool
+    can_decide: bool
+    can_approve: bool
+    can_edit: bool
+    approve_note: str | None
+    expiring_soon: bool
+    model_args_json: str | None = None
+    """The model's own arguments, shown when a reviewer's edit replaced them."""
+    form_errors: list[str] = field(default_factory=list)
+    message: str | None = None
+    message_tone: str = "bad"
+    open_form: Literal["edit", "deny", "answer"] | None = None
+    reason: str = ""
+    reason_error: str | None = None
+    answer: str = ""
+    answer_format: str = "text"
+    answer_error: str | None = None
+
+
+async def _card(
+    context: AppContext,
+    actor: Actor,
+    call: ToolCallRow,
+    *,
+    errors: list[tuple[str, str]] | None = None,
+    submitted: dict[str, str] | None = None,
+    **state: Any,
+) -> Card:
+    """Everything a card shows; `errors` and `submitted` put a refused edit back in its form."""
+    definition = await _definition(context, call.tool_version)
+    decisions = await context.store.decisions_for(call.id)
+    run = await context.store.get_run(call.run_id)
+    args = views.effective_args(call)
+    fields, form_errors = views.arg_fields(
+        definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
+    )
+    approvals = views.current_approvals(call, decisions)
+    is_open = call.status in views.OPEN_STATUSES
+    can_decide = is_open and actor.can("reviewer")
+    note = None
+    if can_decide and run.started_by == actor.id:
+        note = "You started this run, so another reviewer must approve its calls."
+    elif can_decide and actor.id in approvals:
+        note = f"You approved these arguments; {call.approvals_required - len(approvals)} more approval(s) needed."
+    try:
+        can_edit = call.tool_name in context.registry.get(call.agent_name).agent.tools
+    except NotFound:
+        can_edit = False
+    return Card(
+        call=call,
+        description=definition.description,
+        fields=fields,
+        raw_json=json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True),
+        digest=views.current_digest(call),
+        decisions=decisions,
+        approvals=approvals,
+        is_open=is_open,
+        can_decide=can_decide,
+        can_approve=can_decide and note is None,
+        can_edit=can_decide and note is None and can_edit,
+        approve_note=note,
+        expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
+        model_args_json=json.dumps(call.args, indent=2, ensure_ascii=False, sort_keys=True)
+        if call.override_args is not None
+        else None,
+        form_errors=form_errors,
+        open_form="edit" if errors or submitted else state.pop("open_form", None),
+        **state,
+    )
+
+
+async def _call_page(
+    request: Request, context: AppContext, actor: Actor, call: ToolCallRow, focus: Card | None = None, status: int = 200
+) -> Response:
+    """The call page: this step's calls as cards (this one first), and the run's conversation."""
+    run = await context.store.get_run(call.run_id)
+    calls = await context.store.run_calls(call.run_id)
+    step = [c for c in calls if c.created_at == call.created_at and c.id != call.id]
+    cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
+    history = await context.store.load_history(call.run_id)
+    decisions = await context.store.decisions_for_run(call.run_id)
+    entries = views.timeline(history, calls, decisions, current=[call.id])
+    return _page(
+        request,
+        "call.html",
+        {"call": call, "run": run, "cards": cards, "entries": entries},
+        status=status,
+    )
+
+
+@router.get("/calls/{call_id}")
+async def call_detail(request: Request, call_id: str, actor: ViewerPage, context: ContextDep) -> Response:
+    call = await context.store.get_call(call_id)
+    return await _call_page(request, context, actor, call)
+
+
+async def _widget(
+    request: Request, context: AppContext, actor: Actor, call_id: str, view: View, *, status: int = 200, **state: Any
+) -> Response:
+    """The card (or inbox row) after a decision or a refused one; a whole page without htmx."""
+    call = await context.store.get_call(call_id)
+    if view == "row" and _is_htmx(request):
+        row = await _row(context, actor, call, await context.store.decisions_for(call_id))
+        row.message = state.get("message")
+        return _page(request, "inbox.html", {"row": row}, block="row", status=status)
+    card = await _card(context, actor, call, **state)
+    if not _is_htmx(request):
+        return await _call_page(request, context, actor, call, focus=card, status=status)
+    return _page(request, "call.html", {"card": card}, block="card", status=status)
+
+
+def _conflict_message(exc: Conflict, actor: Actor) -> str:
+    if exc.decided_by and exc.decided_by == actor.id:
+        return f"You already decided this call ({exc.status})."
+    if exc.decided_by:
+        return f"{exc.decided_by} decided this call first ({exc.status}); your decision was not applied."
+    return str(exc)
+
+
+async def _decide(
+    request: Request,
+    context: AppContext,
+    actor: Actor,
+    call_id: str,
+    verdict: Verdict,
+    view: View,
+    **state: Any,
+) -> Response:
+    """Apply a verdict, then answer with the changed widget (htmx) or a redirect back to the page."""
+    try:
+        await context.service.decide(call_id, verdict, actor=actor)
+    except Conflict as exc:
+        return await _widget(request, context, actor, call_id, view, status=409, message=_conflict_message(exc, actor))
+    except InvalidEdit as exc:
+        return await _widget(request, context, actor, call_id, view, status=422, errors=exc.errors, **state)
+    except Forbidden as exc:
+        return await _widget(request, context, actor, call_id, view, status=403, message=str(exc), **state)
+    if not _is_htmx(request):
+        return _see_other("/" if view == "row" else f"/calls/{call_id}")
+    return await _widget(request, context, actor, call_id, view, message=None)
+
+
+@router.post("/calls/{call_id}/approve")
+async def approve(
+    request: Request,
+    call_id: str,
+    actor: ReviewerPage,
+    context: ContextDep,
+    args_digest: Annotated[str, Form(min_length=1)],
+    view: Annotated[View, Form()] = "card",
+) -> Response:
+    return await _decide(request, context, actor, call_id, Approve(args_digest=args_digest), view)
+
+
+@router.post("/calls/{call_id}/deny")
+async def deny(
+    request: Request,
+    call_id: str,
+    actor: ReviewerPage,
+    context: ContextDep,
+    reason: Annotated[str, Form()] = "",
+    view: Annotated[View, Form()] = "card",
+) -> Response:
+    if not reason.strip():
+        return await _widget(
+            request,
+            context,
+            actor,
+            call_id,
+            view,
+            status=422,
+            message="A denial needs a reason: the model reads it.",
+            open_form="deny",
+            reason_error="Write why you deny this call.",
+        )
+    return await _decide(
+        request, context, actor, call_id, Deny(reason=reason.strip()), view, open_form="deny", reason=reason
+    )
+
+
+@router.post("/calls/{call_id}/edit")
+async def edit(
+    request: Request,
+    call_id: str,
+    actor: ReviewerPage,
+    context: ContextDep,
+    args_digest: Annotated[str, Form(min_length=1)],
+) -> Response:
+    submitted = views.form_values((await request.form()).multi_items())
+    call = await context.store.get_call(call_id)
+    schema = (await _definition(context, call.tool_version)).parameters_json_schema
+    args, problems = views.args_from_form(schema, submitted)
+    if problems:  # unreadable input: show it with whatever else the validator finds; nothing is saved
+        try:
+            context.service.validate_edit(call, args)
+        except InvalidEdit as exc:
+            problems += [e for e in exc.errors if e[0] not in {loc for loc, _ in problems}]
+        return await _widget(request, context, actor, call_id, "card", status=422, errors=problems, submitted=submitted)
+    verdict = EditAndApprove(args=args, args_digest=args_digest)
+    return await _decide(request, context, actor, call_id, verdict, "card", submitted=submitted)
+
+
+@router.post("/calls/{call_id}/answer")
+async def answer(
+    request: Request,
+    call_id: str,
+    actor: ReviewerPage,
+    context: ContextDep,
+    content: Annotated[str, Form()] = "",
+    format: Annotated[Literal["text", "json"], Form()] = "text",
+) -> Response:
+    state: dict[str, Any] = {"open_form": "answer", "answer": content, "answer_format": format}
+    value: Any = content
+    problem = None if content.strip() else "Write the result the model should receive."
+    if problem is None and format == "json":
+        try:
+            value = json.loads(content)
+        except ValueError as exc:
+            problem = f"Not valid JSON: {exc}"
+    if problem is not None:
+        return await _widget(request, context, actor, call_id, "card", status=422, answer_error=problem, **state)
+    return await _decide(request, context, actor, call_id, Answer(content=value), "card", **state)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+@router.get("/runs")
+async def runs(
+    request: Request,
+    actor: ViewerPage,
+    context: ContextDep,
+    status: str = "",
+    agent: str = "",
+    after: str | None = None,
+) -> Response:
+    page = await context.store.list_runs(status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE)
+    shown = {k: v for k, v in {"status": status, "agent": agent}.items() if v}
+    return _page(
+        request,
+        "runs.html",
+        {
+            "runs": page.items,
+            "filters": {"status": status, "agent": agent},
+            "statuses": views.RUN_STATUSES,
+            "agents": context.registry.names,
+            "next_url": "/runs?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
+            "first_url": "/runs?" + urlencode(shown) if after else None,
+        },
+        block="runs",
+    )
+
+
+async def _run_page(
+    request: Request,
+    context: AppContext,
+    actor: Actor,
+    run_id: str,
+    *,
+    message: str | None = None,
+    status: int = 200,
+) -> Response:
+    run = await context.store.get_run(run_id)
+    calls = await context.store.run_calls(run_id)
+    history = await context.store.load_history(run_id)
+    decisions = await context.store.decisions_for_run(run_id)
+    return _page(
+        request,
+        "run.html",
+        {
+            "run": run,
+            "entries": views.timeline(history, calls, decisions),
+            "waiting": [c for c in calls if c.status in views.OPEN_STATUSES],
+            "output": views.as_text(run.output) if run.output is not None else None,
+            "can_cancel": actor.can("admin") and run.status not in ("completed", "failed", "cancelled"),
+            "message": message,
+        },
+        block="run",
+        status=status,
+    )
+
+
+@router.get("/runs/{run_id}")
+async def run_detail(request: Request, run_id: str, actor: ViewerPage, context: ContextDep) -> Response:
+    return await _run_page(request, context, actor, run_id)
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel_run(
+    request: Request,
+    run_id: str,
+    actor: AdminPage,
+    context: ContextDep,
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    try:
+        await context.store.cancel_run(run_id, actor=actor, reason=reason.strip() or None)
+    except Conflict as exc:
+        return await _run_page(request, context, actor, run_id, message=str(exc), status=409)
+    if not _is_htmx(request):
+        return _see_other(f"/runs/{run_id}")
+    return await _run_page(request, context, actor, run_id)
+
+
+# --- audit log -----------------------------------------------------------------------------
+
+
+def _time(value: str, name: str) -> dt.datetime | None:
+    """A `datetime-local` value (or any ISO time); times without a zone are UTC."""
+    if not value.strip():
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UserError(f"{name} must be a date and time like 2025-01-31T14:00, not {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+@router.get("/audit")
+async def audit(
+    request: Request,
+    actor: ViewerPage,
+    context: ContextDep,
+    since: str = "",
+    until: str = "",
+    who: Annotated[str, Query(alias="actor")] = "",
+    action: str = "",
+    agent: str = "",
+    tool: str = "",
+    after: str | None = None,
+) -> Response:
+    filters = {"since": since, "until": until, "actor": who, "action": action, "agent": agent, "tool": tool}
+    page = await context.store.audit_events(
+        since=_time(since, "since"),
+        until=_time(until, "until"),
+        actor=who or None,
+        action=action or None,
+        agent_name=agent or None,
+        tool_name=tool or None,
+        after=after,
+        limit=PAGE_SIZE,
+    )
+    shown = {k: v for k, v in filters.items() if v}
+    export = {
+        **{k: v for k, v in {"since": since, "until": until, "actor": who, "action": action}.items() if v},
+        **{k: v for k, v in {"agent_name": agent, "tool_name": tool}.items() if v},
+    }
+    return _page(
+        request,
+        "audit.html",
+        {
+            "events": [(event, json.dumps(event.details, ensure_ascii=False, sort_keys=True)) for event in page.items],
+            "filters": filters,
+            "next_url": "/audit?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
+            "first_url": "/audit?" + urlencode(shown) if after else None,
+            "csv_url": "/api/audit/export?" + urlencode({**export, "format": "csv"}),
+            "jsonl_url": "/api/audit/export?" + urlencode({**export, "format": "jsonl"}),
+        },
+    )
+
+
+@router.get("/audit/verify")
+async def audit_verify(request: Request, actor: ViewerPage, context: ContextDep) -> Response:
+    """The hash chain's state; the audit page loads it after rendering, since it reads every event."""
+    verification = await context.store.verify_audit()
+    return _page(request, "audit_verify.html", {"verification": verification}, block="verify")

@@ -1,0 +1,214 @@
+"""The inbox page's server time with 1,000 and 100,000 pending calls, on SQLite and PostgreSQL.
+
+Target (issue: reviewer web app): p95 under 50 ms for GET / at 100,000 pending calls.
+
+Each case makes a fresh database (migrated with the real alembic scripts), inserts the
+calls in bulk with SQL (a run per ten calls, one shared tool definition), then times
+GET / through the ASGI app with a logged-in reviewer: the first page of 50, the counts per
+status, rendering. Also timed, for information: a tool filter, the second page (keyset
+cursor), and a text search over the arguments (a scan: no index can serve `ILIKE '%x%'`).
+
+Needs the local PostgreSQL (APPROVALS_BENCH_PG_URL, default postgresql://postgres@127.0.0.1/postgres);
+creates and drops its own databases. `APPROVALS_BENCH_SIZES=1000,100000` picks the sizes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import psycopg
+from sqlalchemy import insert, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from approvals import Agent, Tool
+from approvals._canonical import digest
+from approvals.models import TestModel
+from approvals.resumer import AgentRegistry
+from approvals.store import SYSTEM, Store
+from approvals.store.migrate import upgrade
+from approvals.store.models import RunRow, ToolCallRow, ToolDefinitionRow
+from web.app import create_app
+from web.settings import Settings
+
+PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+SIZES = [int(n) for n in os.environ.get("APPROVALS_BENCH_SIZES", "1000,100000").split(",")]
+PASSWORD = "bench-password-1"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def send_email(to: str, subject: str, body: str) -> str:
+    """Send an email to a customer.
+
+    Args:
+        to: The recipient's address.
+        subject: The subject line.
+        body: The message.
+    """
+    return "sent"
+
+
+def refund(order_id: str, amount: float, reason: str) -> str:
+    """Refund an order.
+
+    Args:
+        order_id: The order.
+        amount: How much.
+        reason: Why.
+    """
+    return "refunded"
+
+
+TOOLS = [Tool(send_email, requires_approval=True), Tool(refund, requires_approval=True)]
+bench_agent: Agent[None] = Agent(TestModel([]), name="support", tools=TOOLS)
+
+
+def create_pg_database() -> str:
+    name = f"approvals_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def fill(store: Store, pending: int) -> None:
+    """`pending` calls waiting for a person, a second apart, oldest first; ten per run."""
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=pending + 60)
+    definitions = {tool.name: tool.tool_def for tool in TOOLS}
+    async with store.db.engine.begin() as conn:
+        for definition in definitions.values():
+            await conn.execute(
+                insert(ToolDefinitionRow).values(
+                    version=definition.version,
+                    name=definition.name,
+                    definition={
+                        "name": definition.name,
+                        "description": definition.description,
+                        "parameters_json_schema": definition.parameters_json_schema,
+                    },
+                    created_at=start,
+                )
+            )
+    batch = 10_000
+    for first in range(0, pending, batch):
+        runs: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        for i in range(first, min(first + batch, pending)):
+            at = start + dt.timedelta(seconds=i)
+            run_id = f"run{i // 10:012d}"
+            if i % 10 == 0:
+                runs.append(
+                    {"id": run_id, "agent_name": "support", "status": "awaiting_approval", "prompt": f"ticket {i}",
+                     "message_count": 0, "created_at": at, "updated_at": at}
+                )  # fmt: skip
+            if i % 3 == 0:
+                tool, args = "refund", {"order_id": f"A-{i}", "amount": 10 + i % 90, "reason": "arrived broken"}
+            else:
+                tool, args = "send_email", {"to": f"customer{i}@example.com", "subject": "Your order", "body": "Hello"}
+            calls.append(
+                {"id": uuid.uuid4().hex, "run_id": run_id, "tool_call_id": f"call_{i}", "agent_name": "support",
+                 "tool_name": tool, "tool_version": definitions[tool].version, "args": args, "args_digest": digest(args),
+                 "status": "pending", "approvals_required": 1, "idempotent": False,
+                 "expires_at": at + dt.timedelta(hours=48), "created_at": at, "updated_at": at}
+            )  # fmt: skip
+        async with store.db.engine.begin() as conn:
+            if runs:
+                await conn.execute(insert(RunRow), runs)
+            await conn.execute(insert(ToolCallRow), calls)
+    async with store.db.engine.connect() as conn:
+        await conn.execute(text("ANALYZE"))
+        await conn.commit()
+    if store.db.is_postgres:
+        async with store.db.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            await driver.set_autocommit(True)
+            await driver.execute("VACUUM ANALYZE tool_calls")  # as autovacuum would soon do: index-only scans
+
+
+async def login(client: httpx.AsyncClient) -> None:
+    page = await client.get("/login")
+    token = CSRF.search(page.text)
+    assert token is not None
+    response = await client.post(
+        "/login", data={"username": "bench", "password": PASSWORD, "csrf_token": token.group(1)}
+    )
+    assert response.status_code == 303, response.text
+
+
+async def timed(client: httpx.AsyncClient, path: str, rounds: int) -> tuple[float, float]:
+    """p50 and p95 in milliseconds of GET `path`, after a warm-up."""
+    for _ in range(5):
+        assert (await client.get(path)).status_code == 200
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        response = await client.get(path)
+        times.append((time.perf_counter() - began) * 1000)
+        assert response.status_code == 200
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.95) - 1]
+
+
+async def bench(url: str, label: str, pending: int) -> None:
+    upgrade(url)
+    app = create_app(
+        Settings(database_url=url, worker=False, secret_key="bench"), registry=AgentRegistry([bench_agent])
+    )
+    async with app.router.lifespan_context(app):
+        store: Store = app.state.context.store
+        began = time.perf_counter()
+        await fill(store, pending)
+        setup = time.perf_counter() - began
+        await store.create_user("bench", PASSWORD, role="reviewer", actor=SYSTEM)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            await login(client)
+            first = await client.get("/")
+            assert first.text.count('<tr id="row-') == 50, "the first page is full"
+            assert f'pending <span class="count">{pending}</span>' in first.text
+            cursor = re.search(r'href="(/\?[^"]*after=[^"]+)"', first.text)
+            assert cursor is not None
+            second = cursor.group(1).replace("&amp;", "&")
+            rounds = 200 if pending <= 10_000 else 100
+            print(f"{label:10} {pending:>7,} pending (setup {setup:5.1f} s)")
+            for name, path, n in [
+                ("GET /", "/", rounds),
+                ("tool filter", "/?tool=refund", rounds),
+                ("page 2", second, rounds),
+                ("text search", "/?q=customer77", 20),
+            ]:
+                p50, p95 = await timed(client, path, n)
+                target = "  (target p95 < 50 ms)" if path == "/" else ""
+                print(f"  {name:12} p50 {p50:6.1f} ms   p95 {p95:6.1f} ms{target}")
+
+
+async def main() -> None:
+    for pending in SIZES:
+        with tempfile.TemporaryDirectory() as folder:
+            await bench(f"sqlite:///{folder}/bench.db", "SQLite", pending)
+        url = create_pg_database()
+        try:
+            await bench(url, "PostgreSQL", pending)
+        finally:
+            drop_pg_database(url)
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -512,7 +512,7 @@ async def audit(
     shown = {k: v for k, v in filters.items() if v}
     export = {
         **{k: v for k, v in {"since": since, "until": until, "actor": who, "action": action}.items() if v},
-        **{k: v for k, v in {"agent_name": agent, "tool_name": tool}.items() if v},
+        **{k: v for k, v in {"agent": agent, "tool": tool}.items() if v},
     }
     return _page(
         request,

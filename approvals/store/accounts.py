@@ -54,19 +54,19 @@ class AccountOps(StoreBase):
         return row
 
     async def get_user(self, username: str) -> UserRow:
-        async with self.db.sessions() as session:
+        async with self.db.read_sessions() as session:
             row = await session.scalar(select(UserRow).where(UserRow.username == username))
         if row is None:
             raise NotFound(f"No user {username!r}")
         return row
 
     async def list_users(self) -> list[UserRow]:
-        async with self.db.sessions() as session:
+        async with self.db.read_sessions() as session:
             return list((await session.scalars(select(UserRow).order_by(UserRow.username))).all())
 
     async def authenticate(self, username: str, password: str) -> UserRow | None:
         """The enabled user with this password, or None (no hint which part was wrong)."""
-        async with self.db.sessions() as session:
+        async with self.db.read_sessions() as session:
             row = await session.scalar(select(UserRow).where(UserRow.username == username))
         ok = verify_password(row.password_hash if row else None, password)
         return row if ok and row is not None and not row.disabled else None
@@ -126,20 +126,22 @@ class AccountOps(StoreBase):
 
     async def token_actor(self, token: str) -> Actor | None:
         """The actor a bearer token stands for, or None for an unknown or revoked token."""
-        async with self.db.sessions() as session, session.begin():
+        async with self.db.read_sessions() as session:
             row = await session.scalar(
                 select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
             )
-            if row is None:
-                return None
-            now = utcnow()
-            if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
-                row.last_used_at = now  # coarse on purpose: a write per request would cost every API call
-            role = row.role
-            return Actor(id=f"token:{row.name}", role=role if role in ROLE_RANK else "viewer")  # type: ignore[arg-type]
+        if row is None:
+            return None
+        now = utcnow()
+        if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
+            # coarse on purpose: a write per request would cost every API call a write lock
+            async with self.db.sessions() as session, session.begin():
+                await session.execute(update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now))
+        role = row.role if row.role in ROLE_RANK else "viewer"
+        return Actor(id=f"token:{row.name}", role=role)  # type: ignore[arg-type]
 
     async def list_tokens(self) -> list[ApiTokenRow]:
-        async with self.db.sessions() as session:
+        async with self.db.read_sessions() as session:
             return list((await session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id))).all())
 
     async def revoke_token(self, token_id: int, *, actor: Actor) -> None:

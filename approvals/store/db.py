@@ -8,6 +8,7 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import event
@@ -47,15 +48,25 @@ class Database:
     def __init__(self, url: str | URL, *, echo: bool = False, pool_size: int = 10) -> None:
         self.url = normalize_url(url)
         self.dialect = self.url.get_backend_name()
-        options: dict[str, Any] = {"echo": echo}
+        # JSON as written, not \u-escaped, so a search for "Lindenstraße" finds it on SQLite too
+        options: dict[str, Any] = {"echo": echo, "json_serializer": _json_text}
         if self.dialect == "postgresql":
             # no pre-ping: it costs a round trip per transaction; recycle instead, and a dropped
             # connection fails one operation, which callers see as an error, not as lost data
             options.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
+        self.read_engine = self.engine
         if self.is_sqlite:
-            _configure_sqlite(self.engine)
+            _configure_sqlite(self.engine, write_lock=True)
+            # reads get their own pool without the write lock, so pages never wait behind writers (WAL)
+            self.read_engine = create_async_engine(self.url, **options)
+            _configure_sqlite(self.read_engine, write_lock=False)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
+        """Sessions for writes: each transaction takes the write lock up front on SQLite."""
+        self.read_sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
+            self.read_engine, expire_on_commit=False
+        )
+        """Sessions for reads that change nothing."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -73,9 +84,15 @@ class Database:
     async def dispose(self) -> None:
         """Close all pooled connections."""
         await self.engine.dispose()
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _configure_sqlite(engine: AsyncEngine, *, write_lock: bool) -> None:
     sync_engine = engine.sync_engine
 
     @event.listens_for(sync_engine, "connect")
@@ -87,6 +104,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA busy_timeout=10000")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+
+    if not write_lock:
+        return
 
     @event.listens_for(sync_engine, "begin")
     def on_begin(connection: Any) -> None:

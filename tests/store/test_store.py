@@ -233,3 +233,20 @@ async def test_every_change_is_audited_and_tampering_is_detected(store: Store, t
     deleted = await store.verify_audit()
     assert not deleted.ok and deleted.first_bad_id == events[3].id
     assert "deleted or reordered" in (deleted.problem or "")
+
+
+async def test_search_finds_non_ascii_arguments(store: Store) -> None:
+    from approvals.deferred import DeferredToolCall, DeferredToolRequests
+
+    run_id = await store.start_run("shop", "ship it", actor=SERVICE)
+    await store.claim("w", run_id=run_id)
+    request = DeferredToolCall(
+        tool_name="refund",
+        tool_call_id="c1",
+        args={"street": "Lindenstraße 12", "city": "Zürich"},
+        args_digest="0" * 64,
+        tool_def=shop_agent.tools["refund"].tool_def,
+    )
+    await store.pause(run_id, "w", [], DeferredToolRequests(approvals=[request]))
+    assert [c.tool_call_id for c in (await store.list_calls(search="straße")).items] == ["c1"]
+    assert [c.tool_call_id for c in (await store.list_calls(search="Zürich")).items] == ["c1"]

@@ -50,8 +50,10 @@ SERVICE = Actor("svc-helpdesk", "reviewer")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Playwright's sync API keeps an event loop running in this thread while it is open, so it
+    is closed after each module: the async tests that follow need the thread's loop free."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"No Chromium at {CHROMIUM}: run `apt-get install -y chromium` (or set APPROVALS_CHROMIUM)")
     with sync_playwright() as playwright:

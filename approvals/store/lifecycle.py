@@ -424,19 +424,7 @@ class RunLifecycle(StoreBase):
         ).all()
         for call in calls:
             status, result = outcomes[call.tool_call_id]
-            call.status = status
-            call.result = result
-            call.updated_at = utcnow()
-            await tx.audit(
-                run.worker_id,
-                f"call.{status}",
-                "call",
-                call.id,
-                run_id=run.id,
-                agent_name=run.agent_name,
-                tool_name=call.tool_name,
-                details={"result": result},
-            )
+            await _settle_call(tx, run, call, status, result, {"result": result})
 
     async def _settle_interrupted_calls(
         self, tx: Transaction, run: HeldRun, failed_tool_call_id: str | None, error: str
@@ -447,16 +435,25 @@ class RunLifecycle(StoreBase):
             )
         ).all()
         for call in calls:
-            call.status = "failed" if call.tool_call_id == failed_tool_call_id else "outcome_unknown"
-            call.result = error if call.status == "failed" else None
-            call.updated_at = utcnow()
-            await tx.audit(
-                run.worker_id,
-                f"call.{call.status}",
-                "call",
-                call.id,
-                run_id=run.id,
-                agent_name=run.agent_name,
-                tool_name=call.tool_name,
-                details={"error": error},
-            )
+            failed = call.tool_call_id == failed_tool_call_id
+            status = "failed" if failed else "outcome_unknown"
+            await _settle_call(tx, run, call, status, error if failed else None, {"error": error})
+
+
+async def _settle_call(
+    tx: Transaction, run: HeldRun, call: ToolCallRow, status: str, result: Any, details: dict[str, Any]
+) -> None:
+    """An executed call's final status and result, audited."""
+    call.status = status
+    call.result = result
+    call.updated_at = utcnow()
+    await tx.audit(
+        run.worker_id,
+        f"call.{status}",
+        "call",
+        call.id,
+        run_id=run.id,
+        agent_name=run.agent_name,
+        tool_name=call.tool_name,
+        details=details,
+    )

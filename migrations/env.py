@@ -9,7 +9,7 @@ from alembic import context
 from sqlalchemy import JSON, create_engine, pool
 
 from approvals.store.db import normalize_url
-from approvals.store.models import Base, UTCDateTime
+from approvals.store.models import Base, UTCDateTime, include_in_autogenerate
 
 config = context.config
 url = (
@@ -37,6 +37,7 @@ def run_migrations() -> None:
         "render_as_batch": sync_url.get_backend_name() == "sqlite",
         "compare_type": True,
         "render_item": render_item,
+        "include_object": include_in_autogenerate,
     }
     connection = config.attributes.get("connection")
     if connection is not None:  # a caller (tests, the CLI) passed an open connection

@@ -38,6 +38,14 @@ NAMING_CONVENTION = {
 
 JsonValue = JSON().with_variant(JSONB(), "postgresql")
 
+MIGRATION_ONLY_INDEXES = frozenset({"ix_tool_calls_args_trgm"})
+"""Indexes created by migrations alone (PostgreSQL-only expression indexes), not by the models."""
+
+
+def include_in_autogenerate(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    """Alembic filter: leave the migration-only indexes out of model comparisons."""
+    return not (type_ == "index" and name in MIGRATION_ONLY_INDEXES)
+
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
     """A timezone-aware datetime that comes back aware (UTC) from SQLite too."""

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
 from approvals.store.migrate import current_revision, downgrade, head_revision, upgrade
-from approvals.store.models import Base
+from approvals.store.models import Base, include_in_autogenerate
 
 from .conftest import BACKENDS, PG_SERVER
 
@@ -36,7 +36,9 @@ def differences(url: str) -> list[object]:
     engine = create_engine(normalize_url(url, sync=True), poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            context = MigrationContext.configure(
+                connection, opts={"compare_type": True, "include_object": include_in_autogenerate}
+            )
             return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()
@@ -65,3 +67,13 @@ def test_downgrade_base_removes_everything(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) is None
     upgrade(empty_db_url)  # and back up again
     assert differences(empty_db_url) == []
+
+
+def test_argument_search_index_exists_on_postgresql(empty_db_url: str) -> None:
+    upgrade(empty_db_url)
+    engine = create_engine(normalize_url(empty_db_url, sync=True), poolclass=pool.NullPool)
+    try:
+        names = {index["name"] for index in inspect(engine).get_indexes("tool_calls")}
+    finally:
+        engine.dispose()
+    assert ("ix_tool_calls_args_trgm" in names) == empty_db_url.startswith("postgresql")

@@ -57,6 +57,16 @@ class Answer:
 Verdict: TypeAlias = Approve | EditAndApprove | Deny | Answer
 
 
+@dataclass(frozen=True)
+class _Final:
+    status: str
+    verdict: str
+
+
+_FINAL_VERDICTS: dict[type, _Final] = {Deny: _Final("denied", "deny"), Answer: _Final("answered", "answer")}
+"""Verdicts that settle a call at once, whatever the quorum."""
+
+
 class DecisionOps(StoreBase):
     """Decisions and expiry."""
 
@@ -103,34 +113,25 @@ class DecisionOps(StoreBase):
     async def _apply(self, tx: Transaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
         now = utcnow()
         context = {"run_id": call.run_id, "agent_name": call.agent_name, "tool_name": call.tool_name}
-        if isinstance(verdict, Deny):
+        if isinstance(verdict, Deny | Answer):
+            final = _FINAL_VERDICTS[type(verdict)]
+            fields = {"reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
             tx.session.add(
                 DecisionRow(
                     call_id=call.id,
                     actor=actor.id,
-                    verdict="deny",
-                    reason=verdict.reason,
+                    verdict=final.verdict,
                     args_digest=call.override_digest or call.args_digest,
                     created_at=now,
+                    **fields,
                 )
             )
-            self._settle(call, "denied", "deny", actor.id, now)
-            call.denial_reason = verdict.reason
-            await tx.audit(actor.id, "call.denied", "call", call.id, **context, details={"reason": verdict.reason})
-        elif isinstance(verdict, Answer):
-            tx.session.add(
-                DecisionRow(
-                    call_id=call.id,
-                    actor=actor.id,
-                    verdict="answer",
-                    answer=verdict.content,
-                    args_digest=call.override_digest or call.args_digest,
-                    created_at=now,
-                )
-            )
-            self._settle(call, "answered", "answer", actor.id, now)
-            call.answer = verdict.content
-            await tx.audit(actor.id, "call.answered", "call", call.id, **context, details={"answer": verdict.content})
+            self._settle(call, final.status, final.verdict, actor.id, now)
+            if isinstance(verdict, Deny):
+                call.denial_reason = verdict.reason
+            else:
+                call.answer = verdict.content
+            await tx.audit(actor.id, f"call.{final.status}", "call", call.id, **context, details=fields)
         else:
             kind = "edit" if isinstance(verdict, EditAndApprove) else "approve"
             if isinstance(verdict, EditAndApprove):

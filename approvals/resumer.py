@@ -148,9 +148,7 @@ class Resumer:
 
     async def _continue(self, claimed: ClaimedRun) -> None:
         run_id, worker = claimed.run_id, self.worker_id
-        history: list[ModelRequest | ModelResponse] = (
-            await self.store.load_history(run_id) if claimed.message_count else []
-        )
+        history = claimed.history
         stored = len(history)
         executing: set[str] = set()  # marked executing, results not yet stored
 
@@ -169,7 +167,7 @@ class Resumer:
         try:
             entry = self.registry.get(claimed.agent_name)
             deps = await entry.make_deps(claimed.deps)
-            results = await self._decisions(run_id, history)
+            results = self._decisions(run_id, history, claimed.decided_calls)
             result = await entry.agent.run(
                 None if history else claimed.prompt,
                 deps=deps,
@@ -198,15 +196,17 @@ class Resumer:
             output = pydantic_core.to_jsonable_python(result.output)
             await self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing))
 
-    async def _decisions(self, run_id: str, history: list[ModelRequest | ModelResponse]) -> DeferredToolResults | None:
+    @staticmethod
+    def _decisions(
+        run_id: str, history: list[ModelRequest | ModelResponse], decided: dict[str, ToolCallRow]
+    ) -> DeferredToolResults | None:
         pending = pending_tool_calls(history)
         if not pending:
             return None
-        rows = await self.store.calls_by_tool_call_id(run_id, list(pending))
-        missing = [call_id for call_id in pending if call_id not in rows]
+        missing = [call_id for call_id in pending if call_id not in decided]
         if missing:
             raise UserError(f"Run {run_id!r} has calls without stored decisions: {', '.join(missing)}")
-        return DeferredToolResults(approvals={call_id: decision_from_row(rows[call_id]) for call_id in pending})
+        return DeferredToolResults(approvals={call_id: decision_from_row(decided[call_id]) for call_id in pending})
 
 
 async def run_worker(

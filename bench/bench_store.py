@@ -101,6 +101,7 @@ async def run_with_history(store: Store, messages: int) -> str:
 
 
 async def bench_steps(url: str, label: str) -> None:
+    """Appends and pauses as the resumer makes them: it names the calls it executed (here none)."""
     database = Database(url)
     store = Store(database)
     print(f"\n[{label}] per step (2 new messages) as history grows")
@@ -111,7 +112,9 @@ async def bench_steps(url: str, label: str) -> None:
         for i in range(30):
             before = await wal_lsn(store)
             start = time.perf_counter()
-            await store.append_step(run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600)
+            await store.append_step(
+                run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600, executing=frozenset()
+            )
             times.append(time.perf_counter() - start)
             after = await wal_lsn(store)
             if before is not None and after is not None:
@@ -127,7 +130,7 @@ async def bench_steps(url: str, label: str) -> None:
         for i in range(15):
             run_id = await run_with_history(store, history)
             start = time.perf_counter()
-            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i))
+            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i), executing=frozenset())
             samples.append(time.perf_counter() - start)
         print(
             f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms   max {max(samples) * 1e3:6.2f} ms"

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..exceptions import LeaseLost, NotFound
-from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message
+from ..exceptions import NotFound
+from ..messages import ModelRequest, ModelResponse
 from ..tools import ToolDefinition
-from .audit import AuditEvent, append_events
+from ._pg import pg_transaction
+from ._writes import (
+    OPEN_CALL_STATUSES,
+    ExecutedCall,
+    HeldRun,
+    WriteTransaction,
+    lease_lost,
+    message_rows,
+    tool_definition_row,
+    utcnow,
+)
+from .audit import append_events
 from .db import Database
-from .models import MessageRow, RunRow, ToolDefinitionRow
+from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import Notifier
 
 Role = Literal["viewer", "reviewer", "admin"]
@@ -42,39 +52,141 @@ SYSTEM = Actor(id="system", role="admin")
 """The actor for work nobody asked for: expiry, crash recovery."""
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+class Transaction(WriteTransaction):
+    """A store operation's SQLAlchemy session, with announcements and audit events for its end."""
 
-
-@dataclass(frozen=True)
-class HeldRun:
-    """A run this worker holds, as far as a write needs to know it."""
-
-    id: str
-    agent_name: str
-    next_seq: int
-    """Sequence number of the first message this write appends."""
-    worker_id: str
-
-
-class Transaction:
-    """One store operation's session, with announcements to publish once it commits."""
-
-    def __init__(self, session: AsyncSession, notifier: Notifier) -> None:
+    def __init__(self, session: AsyncSession) -> None:
+        super().__init__()
         self.session = session
-        self._notifier = notifier
-        self.announcements: list[tuple[str, str]] = []
-        self.events: list[AuditEvent] = []
 
-    async def announce(self, channel: str, payload: str) -> None:
-        """Wake listeners on `channel` once this transaction commits."""
-        self.announcements.append((channel, payload))
-
-    async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
-        """Record an event; it is chained and written when the transaction ends."""
-        self.events.append(
-            AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields)
+    async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
+        statement = (
+            update(RunRow)
+            .where(RunRow.id == run_id, RunRow.status == "resuming", RunRow.lease_owner == worker_id)
+            .values(message_count=RunRow.message_count + grow, updated_at=utcnow(), **values)
+            .returning(RunRow.agent_name, RunRow.message_count)
         )
+        row = (await self.session.execute(statement)).one_or_none()
+        if row is None:
+            raise lease_lost(
+                run_id, worker_id, await self.session.scalar(select(RunRow.status).where(RunRow.id == run_id))
+            )
+        return HeldRun(id=run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=worker_id)
+
+    async def append_messages(self, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> None:
+        if messages:
+            await self.session.execute(insert(MessageRow), message_rows(run, messages))
+
+    async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
+        dialect_insert = pg_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
+        await self.session.execute(
+            dialect_insert(ToolDefinitionRow).values(tool_definition_row(definition)).on_conflict_do_nothing()
+        )
+        return definition.version
+
+    async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(insert(ToolCallRow), rows)
+
+    async def start_executing(self, run_id: str, tool_call_ids: Sequence[str]) -> list[ExecutedCall]:
+        now = utcnow()
+        calls = (
+            await self.session.execute(
+                update(ToolCallRow)
+                .where(
+                    ToolCallRow.run_id == run_id,
+                    ToolCallRow.tool_call_id.in_(tool_call_ids),
+                    ToolCallRow.status == "approved",
+                )
+                .values(status="executing", updated_at=now)
+                .returning(*_EXECUTED_COLUMNS)
+            )
+        ).all()
+        if calls:
+            await self.session.execute(
+                update(DecisionRow)
+                .where(DecisionRow.call_id.in_([c.id for c in calls]), DecisionRow.consumed_at.is_(None))
+                .values(consumed_at=now)
+            )
+        return [ExecutedCall(*call) for call in calls]
+
+    async def executing_call_ids(self, run_id: str) -> list[str]:
+        return list(
+            await self.session.scalars(
+                select(ToolCallRow.tool_call_id).where(ToolCallRow.run_id == run_id, ToolCallRow.status == "executing")
+            )
+        )
+
+    async def settle_executing(self, run_id: str, outcomes: dict[str, tuple[str, Any]]) -> list[ExecutedCall]:
+        if not outcomes:
+            return []
+        calls = (
+            await self.session.scalars(
+                select(ToolCallRow).where(
+                    ToolCallRow.run_id == run_id,
+                    ToolCallRow.status == "executing",
+                    ToolCallRow.tool_call_id.in_(list(outcomes)),
+                )
+            )
+        ).all()
+        now = utcnow()
+        for call in calls:
+            call.status, call.result = outcomes[call.tool_call_id]
+            call.updated_at = now
+        return [ExecutedCall(c.id, c.tool_call_id, c.tool_name, c.args_digest, c.override_digest) for c in calls]
+
+    async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
+        found = (
+            await self.session.execute(
+                select(ToolCallRow, RunRow.started_by)
+                .join(RunRow, RunRow.id == ToolCallRow.run_id)
+                .where(ToolCallRow.id == call_id)
+                .with_for_update(of=ToolCallRow)
+            )
+        ).one_or_none()
+        return None if found is None else (found[0], found[1])
+
+    async def add_decision(self, row: dict[str, Any]) -> None:
+        self.session.add(DecisionRow(**row))
+
+    async def count_approvals(self, call_id: str, args_digest: str) -> int:
+        await self.session.flush()
+        count = await self.session.scalar(
+            select(func.count(func.distinct(DecisionRow.actor))).where(
+                DecisionRow.call_id == call_id,
+                DecisionRow.verdict.in_(["approve", "edit"]),
+                DecisionRow.args_digest == args_digest,
+                DecisionRow.consumed_at.is_(None),
+            )
+        )
+        return count or 0
+
+    async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
+        for column, value in changes.items():
+            setattr(call, column, value)  # the session flushes it
+
+    async def ready_if_decided(self, run_id: str) -> str | None:
+        await self.session.flush()
+        still_open = (
+            select(ToolCallRow.id)
+            .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
+            .exists()
+        )
+        return await self.session.scalar(
+            update(RunRow)
+            .where(RunRow.id == run_id, RunRow.status == "awaiting_approval", ~still_open)
+            .values(status="ready", updated_at=utcnow())
+            .returning(RunRow.agent_name)
+        )
+
+
+_EXECUTED_COLUMNS = (
+    ToolCallRow.id,
+    ToolCallRow.tool_call_id,
+    ToolCallRow.tool_name,
+    ToolCallRow.args_digest,
+    ToolCallRow.override_digest,
+)
 
 
 class StoreBase:
@@ -86,78 +198,23 @@ class StoreBase:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
-        """One transaction; in-process wake-ups are published only after it commits."""
+        """One transaction through SQLAlchemy; in-process wake-ups are published only after it commits."""
         async with self.db.sessions() as session, session.begin():
-            tx = Transaction(session, self.notifier)
+            tx = Transaction(session)
             yield tx
             await session.flush()  # the state change first, so the audit lock is held only until commit
             await self.notifier.send_in_transaction(session, tx.announcements)
             await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
+    def write_transaction(self) -> AbstractAsyncContextManager[WriteTransaction]:
+        """A transaction for the hot path of a run's life: pipelined psycopg on PostgreSQL, SQLAlchemy on SQLite."""
+        if self.db.is_postgres:
+            return pg_transaction(self.db)
+        return self.transaction()
+
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:
         run = await session.scalar(select(RunRow).where(RunRow.id == run_id).with_for_update())
         if run is None:
             raise NotFound(f"No run {run_id!r}")
         return run
-
-    async def _hold(
-        self, session: AsyncSession, run_id: str, worker_id: str, *, grow: int = 0, **values: Any
-    ) -> HeldRun:
-        """Guarded update of a run this worker leases: `LeaseLost` unless it still holds it.
-
-        Reserves `grow` message sequence numbers and sets `values`, in one statement.
-        """
-        statement = (
-            update(RunRow)
-            .where(RunRow.id == run_id, RunRow.status == "resuming", RunRow.lease_owner == worker_id)
-            .values(message_count=RunRow.message_count + grow, updated_at=utcnow(), **values)
-            .returning(RunRow.agent_name, RunRow.message_count)
-        )
-        row = (await session.execute(statement)).one_or_none()
-        if row is None:
-            status = await session.scalar(select(RunRow.status).where(RunRow.id == run_id))
-            if status is None:
-                raise NotFound(f"No run {run_id!r}")
-            raise LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {status})")
-        return HeldRun(id=run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=worker_id)
-
-    async def _append_messages(
-        self, session: AsyncSession, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]
-    ) -> None:
-        """Append rows after the last one: a step writes only its own messages."""
-        if not messages:
-            return
-        now = utcnow()
-        rows = [
-            {
-                "run_id": run.id,
-                "seq": run.next_seq + offset,
-                "kind": message.kind,
-                "format_version": MESSAGE_FORMAT_VERSION,
-                "data": dump_message(message),
-                "created_at": now,
-            }
-            for offset, message in enumerate(messages)
-        ]
-        await session.execute(insert(MessageRow), rows)
-
-    async def _ensure_tool_definition(self, session: AsyncSession, definition: ToolDefinition) -> str:
-        """Store a definition once per version; return the version."""
-        version = definition.version
-        values = {
-            "version": version,
-            "name": definition.name,
-            "definition": {
-                "name": definition.name,
-                "description": definition.description,
-                "parameters_json_schema": definition.parameters_json_schema,
-                "strict": definition.strict,
-                "sequential": definition.sequential,
-                "metadata": definition.metadata,
-            },
-            "created_at": utcnow(),
-        }
-        dialect_insert = pg_insert if self.db.is_postgres else sqlite_insert
-        await session.execute(dialect_insert(ToolDefinitionRow).values(values).on_conflict_do_nothing())
-        return version

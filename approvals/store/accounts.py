@@ -14,7 +14,8 @@ from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password, hash_token, new_token, verify_password
-from ._base import ROLE_RANK, Actor, StoreBase, utcnow
+from ._base import ROLE_RANK, Actor, StoreBase
+from ._writes import utcnow
 from .models import ApiTokenRow, UserRow
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)
@@ -54,19 +55,19 @@ class AccountOps(StoreBase):
         return row
 
     async def get_user(self, username: str) -> UserRow:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             row = await session.scalar(select(UserRow).where(UserRow.username == username))
         if row is None:
             raise NotFound(f"No user {username!r}")
         return row
 
     async def list_users(self) -> list[UserRow]:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return list((await session.scalars(select(UserRow).order_by(UserRow.username))).all())
 
     async def authenticate(self, username: str, password: str) -> UserRow | None:
         """The enabled user with this password, or None (no hint which part was wrong)."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             row = await session.scalar(select(UserRow).where(UserRow.username == username))
         ok = verify_password(row.password_hash if row else None, password)
         return row if ok and row is not None and not row.disabled else None
@@ -126,7 +127,7 @@ class AccountOps(StoreBase):
 
     async def token_actor(self, token: str) -> Actor | None:
         """The actor a bearer token stands for, or None for an unknown or revoked token."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             row = await session.scalar(
                 select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
             )
@@ -141,7 +142,7 @@ class AccountOps(StoreBase):
         return Actor(id=f"token:{row.name}", role=role)  # type: ignore[arg-type]
 
     async def list_tokens(self) -> list[ApiTokenRow]:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return list((await session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id))).all())
 
     async def revoke_token(self, token_id: int, *, actor: Actor) -> None:

@@ -25,29 +25,37 @@ __all__ = (
     "AuditVerification",
     "append_event",
     "append_events",
+    "event_content",
     "event_hash",
     "verify_audit_chain",
 )
 
 GENESIS_HASH = "0" * 64
-_AUDIT_LOCK_KEY = 7_310_512_001  # any constant; names the PostgreSQL advisory lock for appends
+AUDIT_LOCK_KEY = 7_310_512_001
+"""Any constant: names the PostgreSQL advisory lock that serializes appends to the chain."""
 _VERIFY_BATCH = 2_000
 
 
-def event_hash(prev_hash: str, row: AuditEventRow) -> str:
-    """The hash of an event: its content and the previous event's hash."""
-    content = {
-        "at": row.at.astimezone(dt.UTC).isoformat(),
-        "actor": row.actor,
-        "action": row.action,
-        "subject_type": row.subject_type,
-        "subject_id": row.subject_id,
-        "run_id": row.run_id,
-        "agent_name": row.agent_name,
-        "tool_name": row.tool_name,
-        "details": row.details,
-    }
-    return hashlib.sha256((prev_hash + canonical_json(content)).encode()).hexdigest()
+def event_content(event: AuditEventRow | AuditEvent) -> str:
+    """The canonical JSON an event's hash covers (everything but its id and the hashes)."""
+    return canonical_json(
+        {
+            "at": event.at.astimezone(dt.UTC).isoformat(),
+            "actor": event.actor,
+            "action": event.action,
+            "subject_type": event.subject_type,
+            "subject_id": event.subject_id,
+            "run_id": event.run_id,
+            "agent_name": event.agent_name,
+            "tool_name": event.tool_name,
+            "details": event.details,
+        }
+    )
+
+
+def event_hash(prev_hash: str, event: AuditEventRow | AuditEvent) -> str:
+    """The hash of an event: the previous event's hash, then the event's content."""
+    return hashlib.sha256((prev_hash + event_content(event)).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,21 @@ class AuditEvent:
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
+def event_fields(event: AuditEvent) -> dict[str, Any]:
+    """The event's columns, all of them, so a batch of events is one INSERT."""
+    return {
+        "at": event.at,
+        "actor": event.actor,
+        "action": event.action,
+        "subject_type": event.subject_type,
+        "subject_id": event.subject_id,
+        "run_id": event.run_id,
+        "agent_name": event.agent_name,
+        "tool_name": event.tool_name,
+        "details": event.details,
+    }
+
+
 async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
     """Chain and insert events as the transaction's last statements.
 
@@ -74,42 +97,13 @@ async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None
     if not events:
         return
     if session.get_bind().dialect.name == "postgresql":
-        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _AUDIT_LOCK_KEY})
+        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY})
     prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)) or GENESIS_HASH
     rows = []
     for event in events:
-        row = AuditEventRow(
-            at=event.at,
-            actor=event.actor,
-            action=event.action,
-            subject_type=event.subject_type,
-            subject_id=event.subject_id,
-            run_id=event.run_id,
-            agent_name=event.agent_name,
-            tool_name=event.tool_name,
-            details=event.details,
-            prev_hash=prev,
-            hash="",
-        )
-        row.hash = prev = event_hash(row.prev_hash, row)
-        rows.append(
-            {
-                c: getattr(row, c)
-                for c in (
-                    "at",
-                    "actor",
-                    "action",
-                    "subject_type",
-                    "subject_id",
-                    "run_id",
-                    "agent_name",
-                    "tool_name",
-                    "details",
-                    "prev_hash",
-                    "hash",
-                )
-            }
-        )
+        row_hash = event_hash(prev, event)
+        rows.append({**event_fields(event), "prev_hash": prev, "hash": row_hash})
+        prev = row_hash
     await session.execute(insert(AuditEventRow), rows)
 
 

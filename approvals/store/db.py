@@ -9,6 +9,8 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event
@@ -18,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from ..exceptions import UserError
 
-__all__ = ("Database", "normalize_url")
+__all__ = ("Database", "json_text", "normalize_url")
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 _SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}
@@ -49,7 +51,7 @@ class Database:
         self.url = normalize_url(url)
         self.dialect = self.url.get_backend_name()
         # JSON as written, not \u-escaped, so a search for "Lindenstraße" finds it on SQLite too
-        options: dict[str, Any] = {"echo": echo, "json_serializer": _json_text}
+        options: dict[str, Any] = {"echo": echo, "json_serializer": json_text}
         if self.dialect == "postgresql":
             # no pre-ping: it costs a round trip per transaction; recycle instead, and a dropped
             # connection fails one operation, which callers see as an error, not as lost data
@@ -67,6 +69,16 @@ class Database:
             self.read_engine, expire_on_commit=False
         )
         """Sessions for reads that change nothing."""
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads that change nothing.
+
+        It ends with COMMIT rather than the pool's ROLLBACK: psycopg forgets its prepared
+        statements on every rollback, and then the hot path pays for parsing and planning again.
+        """
+        async with self.read_sessions() as session, session.begin():
+            yield session
 
     @property
     def is_sqlite(self) -> bool:
@@ -88,7 +100,8 @@ class Database:
             await self.read_engine.dispose()
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """JSON as written (not \\u-escaped), for both drivers."""
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -12,14 +12,15 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from sqlalchemy import func, select, update
+from psycopg.errors import UniqueViolation
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from .._canonical import digest
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ._base import SYSTEM, Actor, StoreBase, Transaction, utcnow
-from .lifecycle import OPEN_CALL_STATUSES
-from .models import DecisionRow, RunRow, ToolCallRow
+from ._base import SYSTEM, Actor, StoreBase
+from ._writes import OPEN_CALL_STATUSES, WriteTransaction, utcnow
+from .models import ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 
@@ -67,6 +68,30 @@ _FINAL_VERDICTS: dict[type, _Final] = {Deny: _Final("denied", "deny"), Answer: _
 """Verdicts that settle a call at once, whatever the quorum."""
 
 
+def _settled(status: str, verdict: str, actor_id: str, now: dt.datetime) -> dict[str, Any]:
+    """The columns of a call that a verdict settles."""
+    return {"status": status, "verdict": verdict, "decided_by": actor_id, "decided_at": now, "updated_at": now}
+
+
+def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict, actor: Actor) -> None:
+    """Refuse a verdict on a call that is no longer open, changed since it was seen, or on one's own run."""
+    if call.status not in OPEN_CALL_STATUSES:
+        who = f" by {call.decided_by}" if call.decided_by else ""
+        raise Conflict(
+            f"Call {call.id!r} is no longer waiting for a decision: it was {call.status}{who}",
+            status=call.status,
+            decided_by=call.decided_by,
+        )
+    current = call.override_digest or call.args_digest
+    seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
+    if seen is not None and seen != current:
+        raise Conflict(
+            f"The arguments of call {call.id!r} changed since you loaded them; review them again", status=call.status
+        )
+    if isinstance(verdict, Approve | EditAndApprove) and started_by == actor.id:
+        raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+
+
 class DecisionOps(StoreBase):
     """Decisions and expiry."""
 
@@ -77,91 +102,52 @@ class DecisionOps(StoreBase):
         if isinstance(verdict, Deny) and not verdict.reason.strip():
             raise UserError("A denial needs a reason: the model reads it")  # refused before any write
         try:
-            async with self.transaction() as tx:
-                found = (
-                    await tx.session.execute(
-                        select(ToolCallRow, RunRow.started_by)
-                        .join(RunRow, RunRow.id == ToolCallRow.run_id)
-                        .where(ToolCallRow.id == call_id)
-                        .with_for_update(of=ToolCallRow)
-                    )
-                ).one_or_none()
+            async with self.write_transaction() as tx:
+                found = await tx.lock_call(call_id)
                 if found is None:
                     raise NotFound(f"No call {call_id!r}")
                 call, started_by = found
-                if call.status not in OPEN_CALL_STATUSES:
-                    who = f" by {call.decided_by}" if call.decided_by else ""
-                    raise Conflict(
-                        f"Call {call_id!r} is no longer waiting for a decision: it was {call.status}{who}",
-                        status=call.status,
-                        decided_by=call.decided_by,
-                    )
-                current = call.override_digest or call.args_digest
-                seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
-                if seen is not None and seen != current:
-                    raise Conflict(
-                        f"The arguments of call {call_id!r} changed since you loaded them; review them again",
-                        status=call.status,
-                    )
-                if isinstance(verdict, Approve | EditAndApprove) and started_by == actor.id:
-                    raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+                _check_decidable(call, started_by, verdict, actor)
                 await self._apply(tx, call, verdict, actor)
                 return call
-        except IntegrityError:
+        except (IntegrityError, UniqueViolation):
             raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
 
-    async def _apply(self, tx: Transaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
+    async def _apply(self, tx: WriteTransaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
         now = utcnow()
         context = {"run_id": call.run_id, "agent_name": call.agent_name, "tool_name": call.tool_name}
+        decision = {"call_id": call.id, "actor": actor.id, "created_at": now}
         if isinstance(verdict, Deny | Answer):
             final = _FINAL_VERDICTS[type(verdict)]
             fields = {"reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
-            tx.session.add(
-                DecisionRow(
-                    call_id=call.id,
-                    actor=actor.id,
-                    verdict=final.verdict,
-                    args_digest=call.override_digest or call.args_digest,
-                    created_at=now,
+            await tx.add_decision(
+                {
+                    **decision,
+                    "verdict": final.verdict,
+                    "args_digest": call.override_digest or call.args_digest,
                     **fields,
-                )
+                }
             )
-            self._settle(call, final.status, final.verdict, actor.id, now)
-            if isinstance(verdict, Deny):
-                call.denial_reason = verdict.reason
-            else:
-                call.answer = verdict.content
+            outcome = {"denial_reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
+            await tx.update_call(call, **_settled(final.status, final.verdict, actor.id, now), **outcome)
             await tx.audit(actor.id, f"call.{final.status}", "call", call.id, **context, details=fields)
         else:
             kind = "edit" if isinstance(verdict, EditAndApprove) else "approve"
+            edit: dict[str, Any] = {}
             if isinstance(verdict, EditAndApprove):
-                call.override_args = verdict.args
-                call.override_digest = digest(verdict.args)
-            approved_digest = call.override_digest or call.args_digest
-            tx.session.add(
-                DecisionRow(
-                    call_id=call.id,
-                    actor=actor.id,
-                    verdict=kind,
-                    args_digest=approved_digest,
-                    edited_args=verdict.args if isinstance(verdict, EditAndApprove) else None,
-                    created_at=now,
-                )
+                edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
+            approved_digest = edit.get("override_digest") or call.override_digest or call.args_digest
+            await tx.add_decision(
+                {
+                    **decision,
+                    "verdict": kind,
+                    "args_digest": approved_digest,
+                    "edited_args": verdict.args if isinstance(verdict, EditAndApprove) else None,
+                }
             )
             approvals = 1
             if call.approvals_required > 1:  # a quorum: count distinct approvers of these arguments
-                await tx.session.flush()
-                approvals = (
-                    await tx.session.scalar(
-                        select(func.count(func.distinct(DecisionRow.actor))).where(
-                            DecisionRow.call_id == call.id,
-                            DecisionRow.verdict.in_(["approve", "edit"]),
-                            DecisionRow.args_digest == approved_digest,
-                            DecisionRow.consumed_at.is_(None),
-                        )
-                    )
-                    or 0
-                )
+                approvals = await tx.count_approvals(call.id, approved_digest)
             details: dict[str, Any] = {
                 "args_digest": approved_digest,
                 "approvals": approvals,
@@ -170,9 +156,9 @@ class DecisionOps(StoreBase):
             if isinstance(verdict, EditAndApprove):
                 details["edited_args"] = verdict.args
             if approvals >= call.approvals_required:
-                self._settle(call, "approved", kind, actor.id, now)
+                await tx.update_call(call, **edit, **_settled("approved", kind, actor.id, now))
             else:
-                call.updated_at = now
+                await tx.update_call(call, **edit, updated_at=now)
             await tx.audit(
                 actor.id,
                 "call.edited" if kind == "edit" else "call.approved",
@@ -185,32 +171,11 @@ class DecisionOps(StoreBase):
         if call.status not in OPEN_CALL_STATUSES:
             await self._maybe_ready(tx, call.run_id)
 
-    @staticmethod
-    def _settle(call: ToolCallRow, status: str, verdict: str, actor_id: str, now: dt.datetime) -> None:
-        call.status = status
-        call.verdict = verdict
-        call.decided_by = actor_id
-        call.decided_at = now
-        call.updated_at = now
-
-    async def _maybe_ready(self, tx: Transaction, run_id: str) -> None:
+    async def _maybe_ready(self, tx: WriteTransaction, run_id: str) -> None:
         """When the last open call of a paused run is decided, the run is ready to resume (one guarded update)."""
-        await tx.session.flush()
-        still_open = (
-            select(ToolCallRow.id)
-            .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
-            .exists()
-        )
-        ready = (
-            await tx.session.execute(
-                update(RunRow)
-                .where(RunRow.id == run_id, RunRow.status == "awaiting_approval", ~still_open)
-                .values(status="ready", updated_at=utcnow())
-                .returning(RunRow.agent_name)
-            )
-        ).one_or_none()
-        if ready is not None:
-            await tx.audit(SYSTEM.id, "run.ready", "run", run_id, run_id=run_id, agent_name=ready.agent_name)
+        agent_name = await tx.ready_if_decided(run_id)
+        if agent_name is not None:
+            await tx.audit(SYSTEM.id, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
             await tx.announce(READY_CHANNEL, run_id)
             await tx.announce(RUNS_CHANNEL, run_id)
 
@@ -231,8 +196,7 @@ class DecisionOps(StoreBase):
             for call in calls:
                 waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
                 reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
-                self._settle(call, "expired", "expire", SYSTEM.id, now)
-                call.denial_reason = reason
+                await tx.update_call(call, **_settled("expired", "expire", SYSTEM.id, now), denial_reason=reason)
                 await tx.audit(
                     SYSTEM.id,
                     "call.expired",

@@ -10,21 +10,29 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, or_, select, update
 
-from ..deferred import DeferredToolRequests
+from ..deferred import DeferredToolCall, DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
 from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
-from ._base import SYSTEM, Actor, HeldRun, StoreBase, Transaction, utcnow
-from .models import DecisionRow, RunRow, ToolCallRow
+from ._base import SYSTEM, Actor, StoreBase, Transaction
+from ._pg import ClaimedRow, pg_transaction
+from ._writes import (
+    DECIDED_CALL_STATUSES,
+    OPEN_CALL_STATUSES,
+    ExecutedCall,
+    HeldRun,
+    WriteTransaction,
+    load_history_rows,
+    utcnow,
+)
+from .models import MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 ModelMessage = ModelRequest | ModelResponse
-OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
-"""Calls waiting for a person."""
 FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
 
 
@@ -42,6 +50,10 @@ class ClaimedRun:
     deps: Any
     message_count: int
     lease_expires_at: dt.datetime
+    history: list[ModelMessage] = field(default_factory=list)
+    """The stored messages, read in the claiming transaction."""
+    decided_calls: dict[str, ToolCallRow] = field(default_factory=dict)
+    """Calls people decided whose verdict the run has not yet acted on, by tool call id."""
 
 
 class RunLifecycle(StoreBase):
@@ -89,6 +101,48 @@ class RunLifecycle(StoreBase):
         A run left behind by a dead worker has calls stuck in `executing`: idempotent
         tools get to run again, the others become `outcome_unknown` for a person to settle.
         """
+        if self.db.is_postgres:
+            return await self._claim_pipelined(worker_id, lease_seconds, run_id, agent_names)
+        return await self._claim_locked(worker_id, lease_seconds, run_id, agent_names)
+
+    async def _claim_pipelined(
+        self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None
+    ) -> ClaimedRun | None:
+        """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`."""
+        for _ in range(10):
+            lease_end = _lease_end(lease_seconds)
+            async with pg_transaction(self.db) as tx:
+                found = await tx.claim_next(worker_id, lease_end, run_id, agent_names)
+                if found is None:
+                    return None
+                if isinstance(found, ClaimedRow):
+                    await tx.audit(
+                        worker_id, "run.resumed", "run", found.id, run_id=found.id, agent_name=found.agent_name
+                    )
+                    await tx.announce(RUNS_CHANNEL, found.id)
+                    # read with the commit, in the same round trip; the rows are decoded once it is done
+                    stored = await tx.read_run_state(found.id) if found.message_count else None
+            if isinstance(found, ClaimedRow):
+                history, decided = await stored.fetch() if stored else ([], {})
+                return ClaimedRun(
+                    run_id=found.id,
+                    agent_name=found.agent_name,
+                    prompt=found.prompt,
+                    deps=found.deps,
+                    message_count=found.message_count,
+                    lease_expires_at=lease_end,
+                    history=history,
+                    decided_calls=decided,
+                )
+            recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names)
+            if recovered is not None:
+                return recovered
+        return None
+
+    async def _claim_locked(
+        self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None
+    ) -> ClaimedRun | None:
+        """Lock the oldest claimable run and lease it, recovering it first if its worker died."""
         for _ in range(10):  # skip over runs that crash recovery hands back to people
             async with self.transaction() as tx:
                 now = utcnow()
@@ -117,13 +171,29 @@ class RunLifecycle(StoreBase):
                 run.updated_at = now
                 await tx.audit(worker_id, "run.resumed", "run", run.id, run_id=run.id, agent_name=run.agent_name)
                 await tx.announce(RUNS_CHANNEL, run.id)
+                history, decided = [], {}
+                if run.message_count:
+                    messages = await tx.session.execute(
+                        select(MessageRow.data, MessageRow.format_version)
+                        .where(MessageRow.run_id == run.id)
+                        .order_by(MessageRow.seq)
+                    )
+                    history = load_history_rows((data, version) for data, version in messages)
+                    calls = await tx.session.scalars(
+                        select(ToolCallRow).where(
+                            ToolCallRow.run_id == run.id, ToolCallRow.status.in_(DECIDED_CALL_STATUSES)
+                        )
+                    )
+                    decided = {call.tool_call_id: call for call in calls}
                 return ClaimedRun(
                     run_id=run.id,
                     agent_name=run.agent_name,
                     prompt=run.prompt,
                     deps=run.deps,
                     message_count=run.message_count,
-                    lease_expires_at=run.lease_expires_at,
+                    lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+                    history=history,
+                    decided_calls=decided,
                 )
         return None
 
@@ -172,27 +242,13 @@ class RunLifecycle(StoreBase):
     async def renew_lease(self, run_id: str, worker_id: str, *, lease_seconds: float = 60.0) -> None:
         """Extend this worker's lease; `LeaseLost` if it no longer holds the run."""
         async with self.transaction() as tx:
-            await self._hold(tx.session, run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
+            await tx.hold(run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
 
     async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
         """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
-        async with self.transaction() as tx:
-            run = await self._hold(tx.session, run_id, worker_id)
-            now = utcnow()
-            calls = (
-                await tx.session.execute(
-                    update(ToolCallRow)
-                    .where(
-                        ToolCallRow.run_id == run_id,
-                        ToolCallRow.tool_call_id.in_(tool_call_ids),
-                        ToolCallRow.status == "approved",
-                    )
-                    .values(status="executing", updated_at=now)
-                    .returning(
-                        ToolCallRow.id, ToolCallRow.tool_name, ToolCallRow.args_digest, ToolCallRow.override_digest
-                    )
-                )
-            ).all()
+        async with self.write_transaction() as tx:
+            run = await tx.hold(run_id, worker_id)
+            calls = await tx.start_executing(run_id, tool_call_ids)
             if len(calls) != len(set(tool_call_ids)):
                 raise Conflict(f"Run {run_id!r}: not every call to execute is approved")
             for call in calls:
@@ -206,11 +262,6 @@ class RunLifecycle(StoreBase):
                     tool_name=call.tool_name,
                     details={"args_digest": call.override_digest or call.args_digest},
                 )
-            await tx.session.execute(
-                update(DecisionRow)
-                .where(DecisionRow.call_id.in_([c.id for c in calls]), DecisionRow.consumed_at.is_(None))
-                .values(consumed_at=now)
-            )
 
     async def append_step(
         self,
@@ -226,11 +277,9 @@ class RunLifecycle(StoreBase):
         `executing` names the calls this worker marked executing and may find results for
         here; when given, steps without such results cost no extra query.
         """
-        async with self.transaction() as tx:
-            run = await self._hold(
-                tx.session, run_id, worker_id, grow=len(messages), lease_expires_at=_lease_end(lease_seconds)
-            )
-            await self._append_messages(tx.session, run, messages)
+        async with self.write_transaction() as tx:
+            run = await tx.hold(run_id, worker_id, grow=len(messages), lease_expires_at=_lease_end(lease_seconds))
+            await tx.append_messages(run, messages)
             await self._record_call_results(tx, run, messages, executing)
 
     async def pause(
@@ -243,9 +292,8 @@ class RunLifecycle(StoreBase):
         executing: Collection[str] | None = None,
     ) -> None:
         """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
-        async with self.transaction() as tx:
-            run = await self._hold(
-                tx.session,
+        async with self.write_transaction() as tx:
+            run = await tx.hold(
                 run_id,
                 worker_id,
                 grow=len(messages),
@@ -253,43 +301,24 @@ class RunLifecycle(StoreBase):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            await self._append_messages(tx.session, run, messages)
+            await tx.append_messages(run, messages)
             await self._record_call_results(tx, run, messages, executing)
             now = utcnow()
             rows: list[dict[str, Any]] = []
             for request in requests.approvals:
-                call_id = uuid.uuid4().hex
-                version = await self._ensure_tool_definition(tx.session, request.tool_def)
-                row = {
-                    "id": call_id,
-                    "run_id": run_id,
-                    "tool_call_id": request.tool_call_id,
-                    "agent_name": run.agent_name,
-                    "tool_name": request.tool_name,
-                    "tool_version": version,
-                    "args": request.args,
-                    "args_digest": request.args_digest,
-                    "status": "pending",
-                    "reason": request.reason,
-                    "approvals_required": request.approvals_required,
-                    "idempotent": request.idempotent,
-                    "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
-                    "created_at": now,
-                    "updated_at": now,
-                }
+                row = _pending_call_row(run, request, await tx.ensure_tool_definition(request.tool_def), now)
                 rows.append(row)
                 await tx.audit(
                     worker_id,
                     "call.requested",
                     "call",
-                    call_id,
+                    row["id"],
                     run_id=run_id,
                     agent_name=run.agent_name,
                     tool_name=request.tool_name,
                     details={"args": request.args, "args_digest": request.args_digest},
                 )
-            if rows:
-                await tx.session.execute(insert(ToolCallRow), rows)
+            await tx.insert_calls(rows)
             await tx.audit(
                 worker_id,
                 "run.paused",
@@ -314,9 +343,8 @@ class RunLifecycle(StoreBase):
         executing: Collection[str] | None = None,
     ) -> None:
         """The run ended: completed with `output`, or failed with `error`."""
-        async with self.transaction() as tx:
-            run = await self._hold(
-                tx.session,
+        async with self.write_transaction() as tx:
+            run = await tx.hold(
                 run_id,
                 worker_id,
                 grow=len(messages),
@@ -326,7 +354,7 @@ class RunLifecycle(StoreBase):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            await self._append_messages(tx.session, run, messages)
+            await tx.append_messages(run, messages)
             await self._record_call_results(tx, run, messages, executing)
             if error is not None:
                 await self._settle_interrupted_calls(tx, run, failed_tool_call_id, error)
@@ -345,9 +373,7 @@ class RunLifecycle(StoreBase):
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
         async with self.transaction() as tx:
-            run = await self._hold(
-                tx.session, run_id, worker_id, status="ready", lease_owner=None, lease_expires_at=None
-            )
+            run = await tx.hold(run_id, worker_id, status="ready", lease_owner=None, lease_expires_at=None)
             await tx.audit(worker_id, "run.released", "run", run_id, run_id=run_id, agent_name=run.agent_name)
             await tx.announce(READY_CHANNEL, run_id)
 
@@ -398,7 +424,7 @@ class RunLifecycle(StoreBase):
             await tx.announce(READY_CHANNEL, run_id)
 
     async def _record_call_results(
-        self, tx: Transaction, run: HeldRun, messages: Sequence[ModelMessage], executing: Collection[str] | None
+        self, tx: WriteTransaction, run: HeldRun, messages: Sequence[ModelMessage], executing: Collection[str] | None
     ) -> None:
         """Executed approved calls: succeeded with their result, or failed with the retry message."""
         outcomes: dict[str, tuple[str, Any]] = {}
@@ -411,42 +437,46 @@ class RunLifecycle(StoreBase):
                         outcomes[part.tool_call_id] = ("failed", part.content)
         if executing is not None:
             outcomes = {k: v for k, v in outcomes.items() if k in executing}
-        if not outcomes:
-            return
-        calls = (
-            await tx.session.scalars(
-                select(ToolCallRow).where(
-                    ToolCallRow.run_id == run.id,
-                    ToolCallRow.status == "executing",
-                    ToolCallRow.tool_call_id.in_(list(outcomes)),
-                )
-            )
-        ).all()
-        for call in calls:
+        for call in await tx.settle_executing(run.id, outcomes):
             status, result = outcomes[call.tool_call_id]
-            await _settle_call(tx, run, call, status, result, {"result": result})
+            await _audit_settled(tx, run, call, status, {"result": result})
 
     async def _settle_interrupted_calls(
-        self, tx: Transaction, run: HeldRun, failed_tool_call_id: str | None, error: str
+        self, tx: WriteTransaction, run: HeldRun, failed_tool_call_id: str | None, error: str
     ) -> None:
-        calls = (
-            await tx.session.scalars(
-                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
-            )
-        ).all()
-        for call in calls:
-            failed = call.tool_call_id == failed_tool_call_id
-            status = "failed" if failed else "outcome_unknown"
-            await _settle_call(tx, run, call, status, error if failed else None, {"error": error})
+        """The run failed: the call that failed it is `failed`, others caught mid-execution `outcome_unknown`."""
+        outcomes: dict[str, tuple[str, Any]] = {
+            tool_call_id: ("failed", error) if tool_call_id == failed_tool_call_id else ("outcome_unknown", None)
+            for tool_call_id in await tx.executing_call_ids(run.id)
+        }
+        for call in await tx.settle_executing(run.id, outcomes):
+            await _audit_settled(tx, run, call, outcomes[call.tool_call_id][0], {"error": error})
 
 
-async def _settle_call(
-    tx: Transaction, run: HeldRun, call: ToolCallRow, status: str, result: Any, details: dict[str, Any]
+def _pending_call_row(run: HeldRun, request: DeferredToolCall, tool_version: str, now: dt.datetime) -> dict[str, Any]:
+    """A call waiting for people, as stored."""
+    return {
+        "id": uuid.uuid4().hex,
+        "run_id": run.id,
+        "tool_call_id": request.tool_call_id,
+        "agent_name": run.agent_name,
+        "tool_name": request.tool_name,
+        "tool_version": tool_version,
+        "args": request.args,
+        "args_digest": request.args_digest,
+        "status": "pending",
+        "reason": request.reason,
+        "approvals_required": request.approvals_required,
+        "idempotent": request.idempotent,
+        "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+async def _audit_settled(
+    tx: WriteTransaction, run: HeldRun, call: ExecutedCall, status: str, details: dict[str, Any]
 ) -> None:
-    """An executed call's final status and result, audited."""
-    call.status = status
-    call.result = result
-    call.updated_at = utcnow()
     await tx.audit(
         run.worker_id,
         f"call.{status}",

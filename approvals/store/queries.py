@@ -71,7 +71,7 @@ class Queries(StoreBase):
 
     async def load_history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """A run's whole message history, in order."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = await session.execute(
                 select(MessageRow.data, MessageRow.format_version)
                 .where(MessageRow.run_id == run_id)
@@ -80,14 +80,14 @@ class Queries(StoreBase):
             return [load_message(data, format_version=version) for data, version in rows]
 
     async def get_run(self, run_id: str) -> RunRow:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             run = await session.get(RunRow, run_id)
             if run is None:
                 raise NotFound(f"No run {run_id!r}")
             return run
 
     async def get_call(self, call_id: str) -> ToolCallRow:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             call = await session.get(ToolCallRow, call_id)
             if call is None:
                 raise NotFound(f"No call {call_id!r}")
@@ -95,21 +95,21 @@ class Queries(StoreBase):
 
     async def run_calls(self, run_id: str) -> list[ToolCallRow]:
         """Every approval-gated call of a run, oldest first."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = await session.scalars(
                 select(ToolCallRow).where(ToolCallRow.run_id == run_id).order_by(ToolCallRow.created_at, ToolCallRow.id)
             )
             return list(rows.all())
 
     async def calls_by_tool_call_id(self, run_id: str, tool_call_ids: Sequence[str]) -> dict[str, ToolCallRow]:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = await session.scalars(
                 select(ToolCallRow).where(ToolCallRow.run_id == run_id, ToolCallRow.tool_call_id.in_(tool_call_ids))
             )
             return {row.tool_call_id: row for row in rows}
 
     async def decisions_for(self, call_id: str) -> list[DecisionRow]:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = await session.scalars(
                 select(DecisionRow).where(DecisionRow.call_id == call_id).order_by(DecisionRow.id)
             )
@@ -117,7 +117,7 @@ class Queries(StoreBase):
 
     async def decisions_for_run(self, run_id: str) -> list[DecisionRow]:
         """Every reviewer verdict on the calls of one run, oldest first (one query for a run's timeline)."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = await session.scalars(
                 select(DecisionRow)
                 .join(ToolCallRow, ToolCallRow.id == DecisionRow.call_id)
@@ -127,7 +127,7 @@ class Queries(StoreBase):
             return list(rows.all())
 
     async def tool_definition(self, version: str) -> ToolDefinition:
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             row = await session.get(ToolDefinitionRow, version)
             if row is None:
                 raise NotFound(f"No tool definition {version!r}")
@@ -158,7 +158,7 @@ class Queries(StoreBase):
         if after:
             created_at, call_id = decode_cursor(after, [dt.datetime, str])
             query = query.where(tuple_(ToolCallRow.created_at, ToolCallRow.id) > tuple_(created_at, call_id))
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = list((await session.scalars(query)).all())
         return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
@@ -170,7 +170,7 @@ class Queries(StoreBase):
             query = query.where(ToolCallRow.agent_name == agent_name)
         if tool_name:
             query = query.where(ToolCallRow.tool_name == tool_name)
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return {status: count for status, count in await session.execute(query)}
 
     async def list_runs(
@@ -186,7 +186,7 @@ class Queries(StoreBase):
         if after:
             created_at, run_id = decode_cursor(after, [dt.datetime, str])
             query = query.where(tuple_(RunRow.created_at, RunRow.id) < tuple_(created_at, run_id))
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = list((await session.scalars(query)).all())
         return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
@@ -224,13 +224,13 @@ class Queries(StoreBase):
         if after:
             (last_id,) = decode_cursor(after, [int])
             query = query.where(AuditEventRow.id < last_id if newest_first else AuditEventRow.id > last_id)
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             rows = list((await session.scalars(query)).all())
         return _page(rows, limit, lambda r: encode_cursor(r.id))
 
     async def last_audit_event_id(self) -> int:
         """The id of the newest audit event; 0 while the log is empty."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return await session.scalar(select(func.max(AuditEventRow.id))) or 0
 
     async def audit_events_after(
@@ -249,12 +249,12 @@ class Queries(StoreBase):
         )
         if actions is not None:
             query = query.where(AuditEventRow.action.in_(list(actions)))
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return list((await session.scalars(query)).all())
 
     async def verify_audit(self) -> AuditVerification:
         """Check the audit log's hash chain end to end."""
-        async with self.db.read_sessions() as session:
+        async with self.db.read() as session:
             return await verify_audit_chain(session)
 
 

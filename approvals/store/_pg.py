@@ -1,0 +1,407 @@
+"""PostgreSQL's hot path: a run's writes sent through psycopg in pipeline mode.
+
+A pause, a step or a decision is a handful of statements. Through the ORM each costs a
+round trip and most of a millisecond of Python; here they are queued on the connection
+and sent together, and the client waits only where it needs an answer (did the lease
+hold? which calls moved?). The audit chain is extended by the server itself: after the
+advisory lock, each `INSERT ... SELECT` reads the head and hashes `prev_hash || content`
+with `sha256`, which is the same hash `event_hash` computes, so no round trip waits on it.
+
+Connections come from the SQLAlchemy engine's pool, so there is one pool and one URL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+from psycopg import sql
+from psycopg.types.json import Jsonb
+from sqlalchemy import JSON
+
+from ._writes import (
+    DECIDED_CALL_STATUSES,
+    HELD_RUN_COLUMNS,
+    OPEN_CALL_STATUSES,
+    ExecutedCall,
+    HeldRun,
+    WriteTransaction,
+    lease_lost,
+    load_history_rows,
+    message_rows,
+    tool_definition_row,
+    utcnow,
+)
+from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, event_content
+from .db import json_text
+from .models import Base, ToolCallRow
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..messages import ModelRequest, ModelResponse
+    from ..tools import ToolDefinition
+    from .db import Database
+
+__all__ = ("ClaimedRow", "PgTransaction", "StaleLease", "pg_transaction")
+
+JSON_COLUMNS = frozenset(
+    column.name for table in Base.metadata.tables.values() for column in table.columns if isinstance(column.type, JSON)
+)
+"""Columns stored as JSONB: their values are sent as JSON, `None` included (as JSON `null`, like SQLAlchemy does)."""
+
+_AUDIT_INSERT = """
+INSERT INTO audit_events
+    (at, actor, action, subject_type, subject_id, run_id, agent_name, tool_name, details, prev_hash, hash)
+SELECT %(at)s, %(actor)s, %(action)s, %(subject_type)s, %(subject_id)s, %(run_id)s, %(agent_name)s,
+       %(tool_name)s, %(details)s, head.hash, encode(sha256(convert_to(head.hash || %(content)s, 'UTF8')), 'hex')
+FROM (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), %(genesis)s) AS hash) AS head
+"""
+"""Chains one event to the head: run after the advisory lock, each statement sees the head as it is then."""
+
+
+def jsonb(value: Any) -> Jsonb:
+    return Jsonb(value, dumps=json_text)
+
+
+@cache
+def _insert_sql(table: str, columns: tuple[str, ...], on_conflict: bool = False) -> str:
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(map(sql.Placeholder, columns)),
+    )
+    if on_conflict:
+        statement += sql.SQL(" ON CONFLICT DO NOTHING")
+    return statement.as_string()
+
+
+@cache
+def _hold_sql(columns: tuple[str, ...]) -> str:
+    assignments = sql.SQL("").join(sql.SQL(", {} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c in columns)
+    return (
+        sql.SQL(
+            "UPDATE runs SET message_count = message_count + %(grow)s, updated_at = %(now)s{} "
+            "WHERE id = %(run_id)s AND status = 'resuming' AND lease_owner = %(worker_id)s "
+            "RETURNING agent_name, message_count"
+        )
+        .format(assignments)
+        .as_string()
+    )
+
+
+@cache
+def _notify_sql(count: int) -> str:
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join([sql.SQL("pg_notify(%s, %s)")] * count)).as_string()
+
+
+@cache
+def _update_call_sql(columns: tuple[str, ...]) -> str:
+    assignments = sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c in columns)
+    return sql.SQL("UPDATE tool_calls SET {} WHERE id = %(call_id)s").format(assignments).as_string()
+
+
+_CALL_COLUMNS = tuple(column.name for column in ToolCallRow.__table__.columns)
+_LOCK_CALL = (
+    sql.SQL(
+        "SELECT {}, runs.started_by FROM tool_calls JOIN runs ON runs.id = tool_calls.run_id "
+        "WHERE tool_calls.id = %s FOR UPDATE OF tool_calls"
+    )
+    .format(sql.SQL(", ").join(sql.Identifier("tool_calls", c) for c in _CALL_COLUMNS))
+    .as_string()
+)
+
+
+@dataclass(frozen=True)
+class StoredRunState:
+    """Reads sent in a pipeline: their rows arrive with the commit and stay with their cursors."""
+
+    messages: psycopg.AsyncCursor[tuple[Any, ...]]
+    calls: psycopg.AsyncCursor[tuple[Any, ...]]
+
+    async def fetch(self) -> tuple[list[ModelRequest | ModelResponse], dict[str, ToolCallRow]]:
+        """The history and the decided calls by tool call id (no I/O: the rows are already here)."""
+        history = load_history_rows(await self.messages.fetchall())
+        calls = [_call_row(row) for row in await self.calls.fetchall()]
+        return history, {call.tool_call_id: call for call in calls}
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    """The run `claim_next` leased."""
+
+    id: str
+    agent_name: str
+    prompt: str | None
+    deps: Any
+    message_count: int
+
+
+@dataclass(frozen=True)
+class StaleLease:
+    """A run whose worker's lease expired: it needs crash recovery before anyone continues it."""
+
+    id: str
+
+
+@cache
+def _claim_sql(by_id: bool, by_agent: bool) -> str:
+    filters = sql.SQL("").join(
+        [
+            sql.SQL(" AND id = %(run_id)s") if by_id else sql.SQL(""),
+            sql.SQL(" AND agent_name = ANY(%(agents)s)") if by_agent else sql.SQL(""),
+        ]
+    )
+    return (
+        sql.SQL(
+            """
+            WITH stale AS (
+                SELECT id FROM runs WHERE status = 'resuming' AND lease_expires_at < %(now)s{filters}
+                ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED
+            ), ready AS (
+                SELECT id FROM runs WHERE status = 'ready' AND NOT EXISTS (SELECT 1 FROM stale){filters}
+                ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE runs SET status = 'resuming', lease_owner = %(worker_id)s, lease_expires_at = %(lease)s,
+                    updated_at = %(now)s
+                FROM ready WHERE runs.id = ready.id
+                RETURNING runs.id, runs.agent_name, runs.prompt, runs.deps, runs.message_count
+            )
+            SELECT 'stale', id, NULL, NULL, NULL, NULL FROM stale
+            UNION ALL
+            SELECT 'claimed', id, agent_name, prompt, deps, message_count FROM claimed
+            """
+        )
+        .format(filters=filters)
+        .as_string()
+    )
+
+
+_DECIDED_CALLS = (
+    sql.SQL("SELECT {} FROM tool_calls WHERE run_id = %s AND status = ANY(%s)")
+    .format(sql.SQL(", ").join(map(sql.Identifier, _CALL_COLUMNS)))
+    .as_string()
+)
+
+
+def _call_row(values: Sequence[Any]) -> ToolCallRow:
+    return ToolCallRow(**dict(zip(_CALL_COLUMNS, values, strict=True)))
+
+
+def _adapt(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: jsonb(v) if k in JSON_COLUMNS else v for k, v in row.items()}
+
+
+class PgTransaction(WriteTransaction):
+    """One transaction on a psycopg connection in pipeline mode; `pg_transaction` opens and commits it."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        super().__init__()
+        self.connection = connection
+        self.cursor = connection.cursor()
+
+    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        """Queue a statement; its errors surface at the next answer the client waits for."""
+        await self.cursor.execute(sql, params)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+        """Run a statement and wait for its first row."""
+        cursor = await self.connection.execute(sql, params)
+        return await cursor.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a statement and wait for all its rows."""
+        cursor = await self.connection.execute(sql, params)
+        return await cursor.fetchall()
+
+    async def insert(self, table: str, rows: list[dict[str, Any]], *, on_conflict: bool = False) -> None:
+        """Queue inserts of rows that share their columns."""
+        if not rows:
+            return
+        sql = _insert_sql(table, tuple(rows[0]), on_conflict)
+        await self.cursor.executemany(sql, [_adapt(row) for row in rows])
+
+    async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
+        unknown = set(values) - HELD_RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"a held run's write cannot set {sorted(unknown)}")
+        params = {"grow": grow, "now": utcnow(), "run_id": run_id, "worker_id": worker_id, **_adapt(values)}
+        row = await self.fetchone(_hold_sql(tuple(values)), params)
+        if row is None:
+            status = await self.fetchone("SELECT status FROM runs WHERE id = %s", (run_id,))
+            raise lease_lost(run_id, worker_id, status[0] if status else None)
+        agent_name, message_count = row
+        return HeldRun(id=run_id, agent_name=agent_name, next_seq=message_count - grow, worker_id=worker_id)
+
+    async def append_messages(self, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> None:
+        await self.insert("messages", message_rows(run, messages))
+
+    async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
+        await self.insert("tool_definitions", [tool_definition_row(definition)], on_conflict=True)
+        return definition.version
+
+    async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
+        await self.insert("tool_calls", rows)
+
+    async def start_executing(self, run_id: str, tool_call_ids: Sequence[str]) -> list[ExecutedCall]:
+        rows = await self.fetchall(
+            """
+            WITH moved AS (
+                UPDATE tool_calls SET status = 'executing', updated_at = %(now)s
+                WHERE run_id = %(run_id)s AND tool_call_id = ANY(%(ids)s) AND status = 'approved'
+                RETURNING id, tool_call_id, tool_name, args_digest, override_digest
+            ), consumed AS (
+                UPDATE decisions SET consumed_at = %(now)s
+                WHERE call_id IN (SELECT id FROM moved) AND consumed_at IS NULL
+            )
+            SELECT id, tool_call_id, tool_name, args_digest, override_digest FROM moved
+            """,
+            {"now": utcnow(), "run_id": run_id, "ids": list(tool_call_ids)},
+        )
+        return [ExecutedCall(*row) for row in rows]
+
+    async def executing_call_ids(self, run_id: str) -> list[str]:
+        rows = await self.fetchall(
+            "SELECT tool_call_id FROM tool_calls WHERE run_id = %s AND status = 'executing'", (run_id,)
+        )
+        return [row[0] for row in rows]
+
+    async def settle_executing(self, run_id: str, outcomes: dict[str, tuple[str, Any]]) -> list[ExecutedCall]:
+        settled = []
+        now = utcnow()
+        for tool_call_id, (status, result) in outcomes.items():
+            row = await self.fetchone(
+                """
+                UPDATE tool_calls SET status = %s, result = %s, updated_at = %s
+                WHERE run_id = %s AND tool_call_id = %s AND status = 'executing'
+                RETURNING id, tool_call_id, tool_name, args_digest, override_digest
+                """,
+                (status, jsonb(result), now, run_id, tool_call_id),
+            )
+            if row is not None:
+                settled.append(ExecutedCall(*row))
+        return settled
+
+    async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
+        row = await self.fetchone(_LOCK_CALL, (call_id,))
+        if row is None:
+            return None
+        *values, started_by = row
+        return _call_row(values), started_by
+
+    async def add_decision(self, row: dict[str, Any]) -> None:
+        await self.insert("decisions", [row])
+
+    async def count_approvals(self, call_id: str, args_digest: str) -> int:
+        row = await self.fetchone(
+            "SELECT count(DISTINCT actor) FROM decisions WHERE call_id = %s AND verdict IN ('approve', 'edit') "
+            "AND args_digest = %s AND consumed_at IS NULL",
+            (call_id, args_digest),
+        )
+        return int(row[0]) if row else 0
+
+    async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
+        for column, value in changes.items():
+            setattr(call, column, value)
+        await self.execute(_update_call_sql(tuple(changes)), {**_adapt(changes), "call_id": call.id})
+
+    async def ready_if_decided(self, run_id: str) -> str | None:
+        row = await self.fetchone(
+            """
+            UPDATE runs SET status = 'ready', updated_at = %(now)s
+            WHERE id = %(run_id)s AND status = 'awaiting_approval' AND NOT EXISTS (
+                SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s)
+            )
+            RETURNING agent_name
+            """,
+            {"now": utcnow(), "run_id": run_id, "open": list(OPEN_CALL_STATUSES)},
+        )
+        return row[0] if row else None
+
+    async def claim_next(
+        self, worker_id: str, lease_expires_at: dt.datetime, run_id: str | None, agent_names: Sequence[str] | None
+    ) -> ClaimedRow | StaleLease | None:
+        """Lease the oldest ready run in one statement, unless a run whose worker died waits first.
+
+        A run with an expired lease is only reported (and left locked until this transaction
+        ends): settling what its dead worker left behind takes the careful path.
+        """
+        now = utcnow()
+        params = {"now": now, "worker_id": worker_id, "lease": lease_expires_at, "run_id": run_id}
+        if agent_names is not None:
+            params["agents"] = list(agent_names)
+        row = await self.fetchone(_claim_sql(run_id is not None, agent_names is not None), params)
+        if row is None:
+            return None
+        kind, claimed_id, agent_name, prompt, deps, message_count = row
+        if kind == "stale":
+            return StaleLease(claimed_id)
+        return ClaimedRow(claimed_id, agent_name, prompt, deps, message_count)
+
+    async def read_run_state(self, run_id: str) -> StoredRunState:
+        """Queue reads of the run's messages and decided calls; fetch them once the transaction ended."""
+        messages = self.connection.cursor()
+        await messages.execute("SELECT data, format_version FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
+        calls = self.connection.cursor()
+        await calls.execute(_DECIDED_CALLS, (run_id, list(DECIDED_CALL_STATUSES)))
+        return StoredRunState(messages, calls)
+
+    async def _finish(self) -> None:
+        """Queue the wake-ups, the audit events and COMMIT behind the operation's statements."""
+        announcements = list(dict.fromkeys(self.announcements))
+        if announcements:
+            await self.execute(_notify_sql(len(announcements)), [v for pair in announcements for v in pair])
+        if self.events:
+            await self.execute("SELECT pg_advisory_xact_lock(%s)", (AUDIT_LOCK_KEY,))
+            await self.cursor.executemany(_AUDIT_INSERT, list(_audit_params(self.events)))
+        await self.execute("COMMIT")
+
+
+def _audit_params(events: Iterable[Any]) -> Iterable[dict[str, Any]]:
+    for event in events:
+        yield {
+            "at": event.at,
+            "actor": event.actor,
+            "action": event.action,
+            "subject_type": event.subject_type,
+            "subject_id": event.subject_id,
+            "run_id": event.run_id,
+            "agent_name": event.agent_name,
+            "tool_name": event.tool_name,
+            "details": jsonb(event.details),
+            "content": event_content(event),
+            "genesis": GENESIS_HASH,
+        }
+
+
+@asynccontextmanager
+async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
+    """A pipelined transaction on a pooled connection: committed when the block ends, rolled back on error."""
+    async with db.engine.connect() as pooled:
+        raw = await pooled.get_raw_connection()
+        connection = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+        try:
+            async with connection.pipeline():
+                tx = PgTransaction(connection)
+                yield tx
+                await tx._finish()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if not await _rolled_back(connection):
+                    await pooled.invalidate()  # a connection in an unknown state never goes back to the pool
+            raise
+
+
+async def _rolled_back(connection: psycopg.AsyncConnection[Any]) -> bool:
+    with anyio.move_on_after(10):
+        try:
+            await connection.rollback()
+        except Exception:
+            return False
+        return True
+    return False

@@ -18,6 +18,7 @@ from ..tools import ToolDefinition
 from ._pg import pg_transaction
 from ._writes import (
     OPEN_CALL_STATUSES,
+    SYSTEM_ACTOR_ID,
     ExecutedCall,
     HeldRun,
     WriteTransaction,
@@ -26,7 +27,7 @@ from ._writes import (
     tool_definition_row,
     utcnow,
 )
-from .audit import append_events
+from .audit import append_events, lock_audit_chain
 from .db import Database
 from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import Notifier
@@ -48,7 +49,7 @@ class Actor:
         return ROLE_RANK[self.role] >= ROLE_RANK[role]
 
 
-SYSTEM = Actor(id="system", role="admin")
+SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")
 """The actor for work nobody asked for: expiry, crash recovery."""
 
 
@@ -165,19 +166,23 @@ class Transaction(WriteTransaction):
         for column, value in changes.items():
             setattr(call, column, value)  # the session flushes it
 
-    async def ready_if_decided(self, run_id: str) -> str | None:
+    async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
         await self.session.flush()
+        if self.session.get_bind().dialect.name == "postgresql":
+            await lock_audit_chain(self.session)
         still_open = (
             select(ToolCallRow.id)
             .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
             .exists()
         )
-        return await self.session.scalar(
+        ready = await self.session.scalar(
             update(RunRow)
             .where(RunRow.id == run_id, RunRow.status == "awaiting_approval", ~still_open)
             .values(status="ready", updated_at=utcnow())
-            .returning(RunRow.agent_name)
+            .returning(RunRow.id)
         )
+        if ready is not None:
+            await self._became_ready(run_id, agent_name)
 
 
 _EXECUTED_COLUMNS = (

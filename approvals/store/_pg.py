@@ -13,7 +13,7 @@ Connections come from the SQLAlchemy engine's pool, so there is one pool and one
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -37,7 +37,7 @@ from ._writes import (
     tool_definition_row,
     utcnow,
 )
-from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, event_content
+from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, AuditEvent, event_content
 from .db import json_text
 from .models import Base, ToolCallRow
 
@@ -63,6 +63,18 @@ SELECT %(at)s, %(actor)s, %(action)s, %(subject_type)s, %(subject_id)s, %(run_id
 FROM (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), %(genesis)s) AS hash) AS head
 """
 """Chains one event to the head: run after the advisory lock, each statement sees the head as it is then."""
+
+
+_READY_UPDATE = """
+UPDATE runs SET status = 'ready', updated_at = %(at)s
+WHERE id = %(run_id)s AND status = 'awaiting_approval'
+  AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s))
+"""
+_READY_NOTIFY = "SELECT pg_notify('approvals_ready', %(run_id)s), pg_notify('approvals_runs', %(run_id)s)"
+_IF_BECAME_READY = (
+    " WHERE EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s::varchar AND status = 'ready' AND updated_at = %(at)s)"
+)
+"""Only when `_READY_UPDATE` moved the run, in this transaction (its timestamp says so)."""
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -204,6 +216,7 @@ class PgTransaction(WriteTransaction):
         super().__init__()
         self.connection = connection
         self.cursor = connection.cursor()
+        self._ready_checks: list[AuditEvent] = []
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
         """Queue a statement; its errors surface at the next answer the client waits for."""
@@ -310,18 +323,11 @@ class PgTransaction(WriteTransaction):
             setattr(call, column, value)
         await self.execute(_update_call_sql(tuple(changes)), {**_adapt(changes), "call_id": call.id})
 
-    async def ready_if_decided(self, run_id: str) -> str | None:
-        row = await self.fetchone(
-            """
-            UPDATE runs SET status = 'ready', updated_at = %(now)s
-            WHERE id = %(run_id)s AND status = 'awaiting_approval' AND NOT EXISTS (
-                SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s)
-            )
-            RETURNING agent_name
-            """,
-            {"now": utcnow(), "run_id": run_id, "open": list(OPEN_CALL_STATUSES)},
+    async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
+        # queued for the end: under the audit lock, the update and, only if it happened, its event and wake-ups
+        self._ready_checks.append(
+            AuditEvent("system", "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
         )
-        return row[0] if row else None
 
     async def claim_next(
         self, worker_id: str, lease_expires_at: dt.datetime, run_id: str | None, agent_names: Sequence[str] | None
@@ -356,27 +362,32 @@ class PgTransaction(WriteTransaction):
         announcements = list(dict.fromkeys(self.announcements))
         if announcements:
             await self.execute(_notify_sql(len(announcements)), [v for pair in announcements for v in pair])
-        if self.events:
+        if self.events or self._ready_checks:
             await self.execute("SELECT pg_advisory_xact_lock(%s)", (AUDIT_LOCK_KEY,))
-            await self.cursor.executemany(_AUDIT_INSERT, list(_audit_params(self.events)))
+        if self.events:
+            await self.cursor.executemany(_AUDIT_INSERT, [_audit_params(event) for event in self.events])
+        for event in self._ready_checks:
+            params = {"run_id": event.run_id, "at": event.at, "open": list(OPEN_CALL_STATUSES)}
+            await self.execute(_READY_UPDATE, params)
+            await self.execute(_AUDIT_INSERT + _IF_BECAME_READY, _audit_params(event))
+            await self.execute(_READY_NOTIFY + _IF_BECAME_READY, params)
         await self.execute("COMMIT")
 
 
-def _audit_params(events: Iterable[Any]) -> Iterable[dict[str, Any]]:
-    for event in events:
-        yield {
-            "at": event.at,
-            "actor": event.actor,
-            "action": event.action,
-            "subject_type": event.subject_type,
-            "subject_id": event.subject_id,
-            "run_id": event.run_id,
-            "agent_name": event.agent_name,
-            "tool_name": event.tool_name,
-            "details": jsonb(event.details),
-            "content": event_content(event),
-            "genesis": GENESIS_HASH,
-        }
+def _audit_params(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "at": event.at,
+        "actor": event.actor,
+        "action": event.action,
+        "subject_type": event.subject_type,
+        "subject_id": event.subject_id,
+        "run_id": event.run_id,
+        "agent_name": event.agent_name,
+        "tool_name": event.tool_name,
+        "details": jsonb(event.details),
+        "content": event_content(event),
+        "genesis": GENESIS_HASH,
+    }
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump
 from ..tools import ToolDefinition
 from .audit import AuditEvent
 from .models import ToolCallRow
+from .notify import READY_CHANNEL, RUNS_CHANNEL
 
 
 def utcnow() -> dt.datetime:
@@ -46,6 +47,8 @@ class ExecutedCall:
     override_digest: str | None
 
 
+SYSTEM_ACTOR_ID = "system"
+"""Who acts when nobody asked: expiry, crash recovery, a run becoming ready."""
 OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
 """Calls waiting for a person."""
 DECIDED_CALL_STATUSES = ("approved", "denied", "expired", "answered")
@@ -123,8 +126,17 @@ class WriteTransaction(ABC):
         """Set columns of a call from `lock_call`, on the object and in the database."""
 
     @abstractmethod
-    async def ready_if_decided(self, run_id: str) -> str | None:
-        """A paused run whose calls are all decided becomes ready; returns its agent's name when it did."""
+    async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
+        """A paused run whose calls are all decided becomes ready, audited and announced, when this commits.
+
+        The check runs under the audit lock, after every other decision on the run committed:
+        two reviewers settling a run's last two calls at once each see the other's verdict.
+        """
+
+    async def _became_ready(self, run_id: str, agent_name: str) -> None:
+        await self.audit(SYSTEM_ACTOR_ID, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
+        await self.announce(READY_CHANNEL, run_id)
+        await self.announce(RUNS_CHANNEL, run_id)
 
 
 def load_history_rows(rows: Iterable[tuple[Any, int]]) -> list[ModelRequest | ModelResponse]:

@@ -88,6 +88,11 @@ def event_fields(event: AuditEvent) -> dict[str, Any]:
     }
 
 
+async def lock_audit_chain(session: AsyncSession) -> None:
+    """PostgreSQL: take the lock that serializes appends until this transaction ends (taking it again is free)."""
+    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY})
+
+
 async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
     """Chain and insert events as the transaction's last statements.
 
@@ -97,7 +102,7 @@ async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None
     if not events:
         return
     if session.get_bind().dialect.name == "postgresql":
-        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY})
+        await lock_audit_chain(session)
     prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)) or GENESIS_HASH
     rows = []
     for event in events:

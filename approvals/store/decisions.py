@@ -21,7 +21,7 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import SYSTEM, Actor, StoreBase
 from ._writes import OPEN_CALL_STATUSES, WriteTransaction, utcnow
 from .models import ToolCallRow
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .notify import PENDING_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -169,15 +169,7 @@ class DecisionOps(StoreBase):
             )
         await tx.announce(PENDING_CHANNEL, call.run_id)
         if call.status not in OPEN_CALL_STATUSES:
-            await self._maybe_ready(tx, call.run_id)
-
-    async def _maybe_ready(self, tx: WriteTransaction, run_id: str) -> None:
-        """When the last open call of a paused run is decided, the run is ready to resume (one guarded update)."""
-        agent_name = await tx.ready_if_decided(run_id)
-        if agent_name is not None:
-            await tx.audit(SYSTEM.id, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
-            await tx.announce(READY_CHANNEL, run_id)
-            await tx.announce(RUNS_CHANNEL, run_id)
+            await tx.ready_if_decided(call.run_id, call.agent_name)
 
     async def expire(self, *, now: dt.datetime | None = None, limit: int = 500) -> int:
         """Deny pending calls whose time to decide ran out; returns how many expired."""
@@ -192,7 +184,7 @@ class DecisionOps(StoreBase):
             if self.db.is_postgres:
                 query = query.with_for_update(skip_locked=True)
             calls = (await tx.session.scalars(query)).all()
-            run_ids: set[str] = set()
+            runs: dict[str, str] = {}
             for call in calls:
                 waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
                 reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
@@ -207,8 +199,8 @@ class DecisionOps(StoreBase):
                     tool_name=call.tool_name,
                     details={"reason": reason},
                 )
-                run_ids.add(call.run_id)
-            for run_id in sorted(run_ids):
+                runs[call.run_id] = call.agent_name
+            for run_id in sorted(runs):
                 await tx.announce(PENDING_CHANNEL, run_id)
-                await self._maybe_ready(tx, run_id)
+                await tx.ready_if_decided(run_id, runs[run_id])
             return len(calls)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from approvals import Conflict, Forbidden, NotFound, UserError
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
+from approvals.store.audit import AUDIT_LOCK_KEY
 from approvals.store.models import ToolCallRow
 
 from .agents import email_agent, shop_agent
@@ -130,6 +133,37 @@ async def test_two_reviewers_at_once_exactly_one_wins(store: Store, tmp_path: Pa
     winner = next(o.split()[0] for o in outcomes if o.endswith("won"))
     assert call.decided_by == winner
     assert len(await store.decisions_for(call.id)) == 1
+
+
+async def test_the_last_two_calls_decided_at_once_make_the_run_ready(store: Store, tmp_path: Path) -> None:
+    """Each decision checks "no call left open" only once the other committed (PostgreSQL, READ COMMITTED).
+
+    The audit lock is held from outside until both decisions wait for it, which is the moment
+    each has written its verdict and neither has seen the other's.
+    """
+    if not store.db.is_postgres:
+        pytest.skip("SQLite runs one writer at a time")
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["delete_customer"].id, Approve(), actor=BOB)  # one of two approvals
+    conninfo = store.db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (AUDIT_LOCK_KEY,))
+        async with anyio.create_task_group() as group:
+            for call in (calls["refund"], calls["delete_customer"]):
+                group.start_soon(functools.partial(store.decide, call.id, Approve(), actor=ALICE))
+            with anyio.fail_after(10):
+                while True:
+                    waiting = await (
+                        await holder.execute(
+                            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
+                        )
+                    ).fetchone()
+                    if waiting and waiting[0] == 2:
+                        break
+                    await anyio.sleep(0.01)
+            await holder.execute("SELECT pg_advisory_unlock(%s)", (AUDIT_LOCK_KEY,))
+    assert {c.status for c in await store.run_calls(run_id)} == {"approved"}
+    assert (await store.get_run(run_id)).status == "ready"
 
 
 async def test_approval_is_bound_to_the_arguments_seen(store: Store, tmp_path: Path) -> None:

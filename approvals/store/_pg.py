@@ -65,16 +65,24 @@ FROM (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), 
 """Chains one event to the head: run after the advisory lock, each statement sees the head as it is then."""
 
 
-_READY_UPDATE = """
-UPDATE runs SET status = 'ready', updated_at = %(at)s
-WHERE id = %(run_id)s AND status = 'awaiting_approval'
-  AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s))
-"""
-_READY_NOTIFY = "SELECT pg_notify('approvals_ready', %(run_id)s), pg_notify('approvals_runs', %(run_id)s)"
-_IF_BECAME_READY = (
-    " WHERE EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s::varchar AND status = 'ready' AND updated_at = %(at)s)"
+_READY = """
+WITH moved AS (
+    UPDATE runs SET status = 'ready', updated_at = %(at)s
+    WHERE id = %(run_id)s AND status = 'awaiting_approval'
+      AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s))
+    RETURNING id
+), event AS (
+    INSERT INTO audit_events
+        (at, actor, action, subject_type, subject_id, run_id, agent_name, tool_name, details, prev_hash, hash)
+    SELECT %(at)s, %(actor)s, %(action)s, %(subject_type)s, %(subject_id)s, %(run_id)s, %(agent_name)s,
+           %(tool_name)s, %(details)s, head.hash,
+           encode(sha256(convert_to(head.hash || %(content)s, 'UTF8')), 'hex')
+    FROM moved, (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), %(genesis)s) AS hash) AS head
 )
-"""Only when `_READY_UPDATE` moved the run, in this transaction (its timestamp says so)."""
+SELECT pg_notify('approvals_ready', id), pg_notify('approvals_runs', id) FROM moved
+"""
+"""A paused run with no open call left becomes ready; only then, its audit event and wake-ups. Runs under
+the audit lock, so its snapshot holds every decision committed before, and the chain's head."""
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -367,10 +375,7 @@ class PgTransaction(WriteTransaction):
         if self.events:
             await self.cursor.executemany(_AUDIT_INSERT, [_audit_params(event) for event in self.events])
         for event in self._ready_checks:
-            params = {"run_id": event.run_id, "at": event.at, "open": list(OPEN_CALL_STATUSES)}
-            await self.execute(_READY_UPDATE, params)
-            await self.execute(_AUDIT_INSERT + _IF_BECAME_READY, _audit_params(event))
-            await self.execute(_READY_NOTIFY + _IF_BECAME_READY, params)
+            await self.execute(_READY, {**_audit_params(event), "open": list(OPEN_CALL_STATUSES)})
         await self.execute("COMMIT")
 
 

@@ -159,7 +159,7 @@ class ToolCallRow(Base):
         Index("ix_tool_calls_tool_name_status_created_at", "tool_name", "status", "created_at"),
         Index("ix_tool_calls_agent_name_status_created_at", "agent_name", "status", "created_at"),
         Index("ix_tool_calls_status_expires_at", "status", "expires_at"),
-        Index("ix_tool_calls_run_id", "run_id"),
+        # lookups by run use the unique (run_id, tool_call_id) index: no separate run_id index to write
     )
 
 

@@ -74,6 +74,10 @@ async def test_decisions_make_the_run_ready_and_it_completes(store: Store, tmp_p
     second = await store.decide(calls["delete_customer"].id, Approve(), actor=BOB)
     assert second.status == "approved"
     assert (await store.get_run(run_id)).status == "ready"
+    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    assert [(e.action, e.actor) for e in events[-2:]] == [("call.approved", "bob"), ("run.ready", "system")]
+    assert [e.action for e in events].count("run.ready") == 1
+    assert (await store.verify_audit()).ok
 
     assert await Resumer(store, registry(), worker_id="w2").resume() == run_id
     run = await store.get_run(run_id)
@@ -164,6 +168,9 @@ async def test_the_last_two_calls_decided_at_once_make_the_run_ready(store: Stor
             await holder.execute("SELECT pg_advisory_unlock(%s)", (AUDIT_LOCK_KEY,))
     assert {c.status for c in await store.run_calls(run_id)} == {"approved"}
     assert (await store.get_run(run_id)).status == "ready"
+    actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
+    assert actions[-3:] == ["call.approved", "call.approved", "run.ready"]
+    assert (await store.verify_audit()).ok
 
 
 async def test_approval_is_bound_to_the_arguments_seen(store: Store, tmp_path: Path) -> None:

@@ -204,7 +204,7 @@ class StoreBase:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         """One transaction through SQLAlchemy; in-process wake-ups are published only after it commits."""
-        async with self.db.sessions() as session, session.begin():
+        async with self.db.write() as session:
             tx = Transaction(session)
             yield tx
             await session.flush()  # the state change first, so the audit lock is held only until commit

@@ -397,20 +397,24 @@ def _audit_params(event: AuditEvent) -> dict[str, Any]:
 
 @asynccontextmanager
 async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
-    """A pipelined transaction on a pooled connection: committed when the block ends, rolled back on error."""
+    """A pipelined transaction on a pooled connection: committed when the block ends, rolled back on error.
+
+    Cancellation waits until the transaction is over: a pipeline abandoned halfway leaves
+    the connection mid-protocol, and the next user of it would read another query's results.
+    """
     async with db.engine.connect() as pooled:
-        raw = await pooled.get_raw_connection()
-        connection = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
-        try:
-            async with connection.pipeline():
-                tx = PgTransaction(connection)
-                yield tx
-                await tx._finish()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            raw = await pooled.get_raw_connection()
+            connection = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+            try:
+                async with connection.pipeline():
+                    tx = PgTransaction(connection)
+                    yield tx
+                    await tx._finish()
+            except BaseException:
                 if not await _rolled_back(connection):
                     await pooled.invalidate()  # a connection in an unknown state never goes back to the pool
-            raise
+                raise
 
 
 async def _rolled_back(connection: psycopg.AsyncConnection[Any]) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -77,7 +78,13 @@ class Database:
         It ends with COMMIT rather than the pool's ROLLBACK: psycopg forgets its prepared
         statements on every rollback, and then the hot path pays for parsing and planning again.
         """
-        async with self.read_sessions() as session, session.begin():
+        async with _transaction(self.read_sessions, shield=False) as session:
+            yield session
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session for one write transaction, which cancellation does not interrupt."""
+        async with _transaction(self.sessions, shield=True) as session:
             yield session
 
     @property
@@ -98,6 +105,29 @@ class Database:
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
+
+
+@asynccontextmanager
+async def _transaction(sessions: async_sessionmaker[AsyncSession], *, shield: bool) -> AsyncIterator[AsyncSession]:
+    """A session in one transaction, committed at the end, rolled back if the block raises.
+
+    With `shield`, cancellation waits until the transaction is over: a write is a few
+    milliseconds, and one abandoned halfway leaves its connection in an unknown state (on
+    SQLite it keeps the write lock, and every other writer fails as "database is locked").
+    """
+    session = sessions()
+    with anyio.CancelScope(shield=shield):
+        try:
+            await session.begin()
+            yield session
+            await session.commit()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await session.rollback()
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await session.close()
 
 
 def json_text(value: Any) -> str:

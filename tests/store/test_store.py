@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 from pathlib import Path
@@ -170,6 +171,26 @@ async def test_the_last_two_calls_decided_at_once_make_the_run_ready(store: Stor
     assert (await store.get_run(run_id)).status == "ready"
     actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
     assert actions[-3:] == ["call.approved", "call.approved", "run.ready"]
+    assert (await store.verify_audit()).ok
+
+
+async def test_refused_and_cancelled_writes_leave_the_pool_clean(store: Store, tmp_path: Path) -> None:
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    delete, refund = calls["delete_customer"], calls["refund"]
+    await store.decide(delete.id, Approve(), actor=ALICE)
+    with pytest.raises(Conflict, match="already approved"):  # the database's unique index refuses it
+        await store.decide(delete.id, Approve(), actor=ALICE)
+    for seconds in (0, 0.0002, 0.0005, 0.001, 0.002, 0.004):  # cancelled at different points, or not at all
+        with anyio.move_on_after(seconds), contextlib.suppress(Conflict):
+            await store.decide(refund.id, Approve(), actor=BOB)
+    assert store.db.engine.pool.checkedout() == 0
+    await store.decide(delete.id, Approve(), actor=BOB)
+    refund_now = await store.get_call(refund.id)
+    assert refund_now.status in ("pending", "approved")
+    if refund_now.status == "pending":
+        await store.decide(refund.id, Approve(), actor=BOB)
+    assert (await store.get_run(run_id)).status == "ready"
+    assert len(await store.decisions_for(refund.id)) == 1  # a cancelled decision is all or nothing
     assert (await store.verify_audit()).ok
 
 

@@ -5,7 +5,7 @@ index that no query needs costs every decision and every executed call a write.
 
 Revision ID: 0003
 Revises: 0002
-Create Date: 2026-11-22 06:40:00
+Create Date: 2026-11-22 06:14:00
 """
 
 from collections.abc import Sequence

@@ -23,6 +23,7 @@ import anyio
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from sqlalchemy import JSON
+from sqlalchemy.util import greenlet_spawn
 
 from ._writes import (
     DECIDED_CALL_STATUSES,
@@ -402,10 +403,11 @@ async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
     Cancellation waits until the transaction is over: a pipeline abandoned halfway leaves
     the connection mid-protocol, and the next user of it would read another query's results.
     """
-    async with db.engine.connect() as pooled:
+    # straight from the engine's pool: the hot path needs the driver's connection, not SQLAlchemy's wrapper
+    pooled = await greenlet_spawn(db.engine.sync_engine.pool.connect)
+    try:
         with anyio.CancelScope(shield=True):
-            raw = await pooled.get_raw_connection()
-            connection = cast("psycopg.AsyncConnection[Any]", raw.driver_connection)
+            connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
             try:
                 async with connection.pipeline():
                     tx = PgTransaction(connection)
@@ -413,8 +415,12 @@ async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
                     await tx._finish()
             except BaseException:
                 if not await _rolled_back(connection):
-                    await pooled.invalidate()  # a connection in an unknown state never goes back to the pool
+                    # a connection in an unknown state never goes back to the pool
+                    await greenlet_spawn(pooled.invalidate)
                 raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await greenlet_spawn(pooled.close)  # back to the pool
 
 
 async def _rolled_back(connection: psycopg.AsyncConnection[Any]) -> bool:

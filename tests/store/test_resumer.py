@@ -10,6 +10,8 @@ import anyio
 import pytest
 
 from approvals import LeaseLost
+from approvals.deferred import DeferredToolRequests
+from approvals.messages import ModelRequest, UserPromptPart
 from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
 
@@ -125,10 +127,18 @@ async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path:
     assert claimed is not None and claimed.run_id == run_id
     await anyio.sleep(0.3)
     assert await store.claim("fast-worker", lease_seconds=60) is not None
+    late = [ModelRequest(parts=[UserPromptPart(content="late")])]
     with pytest.raises(LeaseLost):
-        await store.append_step(run_id, "slow-worker", [])
+        await store.append_step(run_id, "slow-worker", late)
     with pytest.raises(LeaseLost):
-        await store.finish(run_id, "slow-worker", [], output="late")
+        await store.mark_executing(run_id, "slow-worker", ["call-1"])
+    with pytest.raises(LeaseLost):
+        await store.pause(run_id, "slow-worker", late, DeferredToolRequests())
+    with pytest.raises(LeaseLost):
+        await store.finish(run_id, "slow-worker", late, output="late")
+    assert await store.load_history(run_id) == []  # nothing the slow worker sent was kept
+    assert (await store.get_run(run_id)).lease_owner == "fast-worker"
+    assert store.db.engine.pool.checkedout() == 0
 
 
 async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path: Path) -> None:

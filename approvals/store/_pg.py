@@ -38,7 +38,7 @@ from ._writes import (
     tool_definition_row,
     utcnow,
 )
-from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, AuditEvent, event_content
+from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, AuditEvent, event_content, event_fields
 from .db import json_text
 from .models import Base, ToolCallRow
 
@@ -381,19 +381,8 @@ class PgTransaction(WriteTransaction):
 
 
 def _audit_params(event: AuditEvent) -> dict[str, Any]:
-    return {
-        "at": event.at,
-        "actor": event.actor,
-        "action": event.action,
-        "subject_type": event.subject_type,
-        "subject_id": event.subject_id,
-        "run_id": event.run_id,
-        "agent_name": event.agent_name,
-        "tool_name": event.tool_name,
-        "details": jsonb(event.details),
-        "content": event_content(event),
-        "genesis": GENESIS_HASH,
-    }
+    fields = event_fields(event)
+    return {**fields, "details": jsonb(fields["details"]), "content": event_content(event), "genesis": GENESIS_HASH}
 
 
 @asynccontextmanager

@@ -38,19 +38,7 @@ _VERIFY_BATCH = 2_000
 
 def event_content(event: AuditEventRow | AuditEvent) -> str:
     """The canonical JSON an event's hash covers (everything but its id and the hashes)."""
-    return canonical_json(
-        {
-            "at": event.at.astimezone(dt.UTC).isoformat(),
-            "actor": event.actor,
-            "action": event.action,
-            "subject_type": event.subject_type,
-            "subject_id": event.subject_id,
-            "run_id": event.run_id,
-            "agent_name": event.agent_name,
-            "tool_name": event.tool_name,
-            "details": event.details,
-        }
-    )
+    return canonical_json({**event_fields(event), "at": event.at.astimezone(dt.UTC).isoformat()})
 
 
 def event_hash(prev_hash: str, event: AuditEventRow | AuditEvent) -> str:
@@ -73,8 +61,8 @@ class AuditEvent:
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
-def event_fields(event: AuditEvent) -> dict[str, Any]:
-    """The event's columns, all of them, so a batch of events is one INSERT."""
+def event_fields(event: AuditEventRow | AuditEvent) -> dict[str, Any]:
+    """The event's columns but its id and hashes, all of them, so a batch of events is one INSERT."""
     return {
         "at": event.at,
         "actor": event.actor,

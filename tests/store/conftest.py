@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.pool import QueuePool
 
 from approvals.store import Database, Store
 from approvals.store.migrate import upgrade
@@ -77,6 +78,13 @@ async def store(db_url: str) -> AsyncIterator[Store]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def connections_in_use(store: Store) -> int:
+    """Connections checked out of the store's pool: none once every operation has ended."""
+    pool = store.db.engine.pool
+    assert isinstance(pool, QueuePool)
+    return pool.checkedout()
 
 
 async def execute(store: Store, sql: str, **params: object) -> None:

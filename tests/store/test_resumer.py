@@ -16,6 +16,7 @@ from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
 
 from .agents import email_agent, shop_agent
+from .conftest import connections_in_use
 
 pytestmark = pytest.mark.anyio
 
@@ -138,7 +139,7 @@ async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path:
         await store.finish(run_id, "slow-worker", late, output="late")
     assert await store.load_history(run_id) == []  # nothing the slow worker sent was kept
     assert (await store.get_run(run_id)).lease_owner == "fast-worker"
-    assert store.db.engine.pool.checkedout() == 0
+    assert connections_in_use(store) == 0
 
 
 async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path: Path) -> None:

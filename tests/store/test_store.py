@@ -19,7 +19,7 @@ from approvals.store.audit import AUDIT_LOCK_KEY
 from approvals.store.models import ToolCallRow
 
 from .agents import email_agent, shop_agent
-from .conftest import execute
+from .conftest import connections_in_use, execute
 
 pytestmark = pytest.mark.anyio
 
@@ -183,7 +183,7 @@ async def test_refused_and_cancelled_writes_leave_the_pool_clean(store: Store, t
     for seconds in (0, 0.0002, 0.0005, 0.001, 0.002, 0.004):  # cancelled at different points, or not at all
         with anyio.move_on_after(seconds), contextlib.suppress(Conflict):
             await store.decide(refund.id, Approve(), actor=BOB)
-    assert store.db.engine.pool.checkedout() == 0
+    assert connections_in_use(store) == 0
     await store.decide(delete.id, Approve(), actor=BOB)
     refund_now = await store.get_call(refund.id)
     assert refund_now.status in ("pending", "approved")

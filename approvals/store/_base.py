@@ -200,6 +200,8 @@ class StoreBase:
     def __init__(self, db: Database, notifier: Notifier | None = None) -> None:
         self.db = db
         self.notifier = notifier or Notifier(db)
+        self._stored_tool_versions: set[str] = set()
+        """Tool definition versions this process stored or saw stored: a version's definition never changes."""
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
@@ -215,7 +217,7 @@ class StoreBase:
     def write_transaction(self) -> AbstractAsyncContextManager[WriteTransaction]:
         """A transaction for the hot path of a run's life: pipelined psycopg on PostgreSQL, SQLAlchemy on SQLite."""
         if self.db.is_postgres:
-            return pg_transaction(self.db)
+            return pg_transaction(self.db, self._stored_tool_versions)
         return self.transaction()
 
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:

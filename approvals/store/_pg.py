@@ -90,12 +90,16 @@ def jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=json_text)
 
 
+_ROWS_PER_INSERT = 500
+
+
 @cache
-def _insert_sql(table: str, columns: tuple[str, ...], on_conflict: bool = False) -> str:
-    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+def _insert_sql(table: str, columns: tuple[str, ...], rows: int, on_conflict: bool = False) -> str:
+    row = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * len(columns)))
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
         sql.Identifier(table),
         sql.SQL(", ").join(map(sql.Identifier, columns)),
-        sql.SQL(", ").join(map(sql.Placeholder, columns)),
+        sql.SQL(", ").join([row] * rows),
     )
     if on_conflict:
         statement += sql.SQL(" ON CONFLICT DO NOTHING")
@@ -221,10 +225,13 @@ def _adapt(row: dict[str, Any]) -> dict[str, Any]:
 class PgTransaction(WriteTransaction):
     """One transaction on a psycopg connection in pipeline mode; `pg_transaction` opens and commits it."""
 
-    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, connection: psycopg.AsyncConnection[Any], stored_tool_versions: set[str]) -> None:
         super().__init__()
         self.connection = connection
         self.cursor = connection.cursor()
+        self._stored_tool_versions = stored_tool_versions
+        self.new_tool_versions: set[str] = set()
+        """Tool definitions this transaction stores; known to be stored once it commits."""
         self._ready_checks: list[AuditEvent] = []
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
@@ -242,11 +249,12 @@ class PgTransaction(WriteTransaction):
         return await cursor.fetchall()
 
     async def insert(self, table: str, rows: list[dict[str, Any]], *, on_conflict: bool = False) -> None:
-        """Queue inserts of rows that share their columns."""
-        if not rows:
-            return
-        sql = _insert_sql(table, tuple(rows[0]), on_conflict)
-        await self.cursor.executemany(sql, [_adapt(row) for row in rows])
+        """Queue inserts of rows that share their columns, as few multi-row statements."""
+        columns = tuple(rows[0]) if rows else ()
+        for start in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[start : start + _ROWS_PER_INSERT]
+            params = [value for row in chunk for value in _adapt({c: row[c] for c in columns}).values()]
+            await self.execute(_insert_sql(table, columns, len(chunk), on_conflict), params)
 
     async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
         unknown = set(values) - HELD_RUN_COLUMNS
@@ -264,7 +272,9 @@ class PgTransaction(WriteTransaction):
         await self.insert("messages", message_rows(run, messages))
 
     async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
-        await self.insert("tool_definitions", [tool_definition_row(definition)], on_conflict=True)
+        if definition.version not in self._stored_tool_versions:  # a version's definition never changes
+            await self.insert("tool_definitions", [tool_definition_row(definition)], on_conflict=True)
+            self.new_tool_versions.add(definition.version)
         return definition.version
 
     async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
@@ -386,8 +396,10 @@ def _audit_params(event: AuditEvent) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
+async def pg_transaction(db: Database, stored_tool_versions: set[str]) -> AsyncIterator[PgTransaction]:
     """A pipelined transaction on a pooled connection: committed when the block ends, rolled back on error.
+
+    `stored_tool_versions` are the tool definitions known to be in this database already.
 
     Cancellation waits until the transaction is over: a pipeline abandoned halfway leaves
     the connection mid-protocol, and the next user of it would read another query's results.
@@ -399,9 +411,10 @@ async def pg_transaction(db: Database) -> AsyncIterator[PgTransaction]:
             connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
             try:
                 async with connection.pipeline():
-                    tx = PgTransaction(connection)
+                    tx = PgTransaction(connection, stored_tool_versions)
                     yield tx
                     await tx._finish()
+                stored_tool_versions.update(tx.new_tool_versions)
             except BaseException:
                 if not await _rolled_back(connection):
                     # a connection in an unknown state never goes back to the pool

@@ -111,7 +111,7 @@ class RunLifecycle(StoreBase):
         """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`."""
         for _ in range(10):
             lease_end = _lease_end(lease_seconds)
-            async with pg_transaction(self.db) as tx:
+            async with pg_transaction(self.db, self._stored_tool_versions) as tx:
                 found = await tx.claim_next(worker_id, lease_end, run_id, agent_names)
                 if found is None:
                     return None

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from approvals import Conflict, Forbidden, NotFound, UserError
+from approvals.messages import ModelRequest, UserPromptPart
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
 from approvals.store.audit import AUDIT_LOCK_KEY
@@ -192,6 +193,17 @@ async def test_refused_and_cancelled_writes_leave_the_pool_clean(store: Store, t
     assert (await store.get_run(run_id)).status == "ready"
     assert len(await store.decisions_for(refund.id)) == 1  # a cancelled decision is all or nothing
     assert (await store.verify_audit()).ok
+
+
+async def test_a_long_step_is_stored_whole_and_in_order(store: Store) -> None:
+    run_id = await store.start_run("shop", "go", actor=SERVICE)
+    assert await store.claim("w1", run_id=run_id) is not None
+    step = [ModelRequest(parts=[UserPromptPart(content=f"message {i}")]) for i in range(1234)]
+    await store.append_step(run_id, "w1", step[:1], executing=frozenset())
+    await store.append_step(run_id, "w1", step[1:], executing=frozenset())  # more rows than one INSERT carries
+    history = await store.load_history(run_id)
+    assert [m.parts[0].content for m in history] == [f"message {i}" for i in range(1234)]  # type: ignore[union-attr]
+    assert (await store.get_run(run_id)).message_count == 1234
 
 
 async def test_approval_is_bound_to_the_arguments_seen(store: Store, tmp_path: Path) -> None:

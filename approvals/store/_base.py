@@ -27,7 +27,7 @@ from ._writes import (
     tool_definition_row,
     utcnow,
 )
-from .audit import append_events, lock_audit_chain
+from .audit import append_events
 from .db import Database
 from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import Notifier
@@ -137,6 +137,8 @@ class Transaction(WriteTransaction):
         return [ExecutedCall(c.id, c.tool_call_id, c.tool_name, c.args_digest, c.override_digest) for c in calls]
 
     async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
+        run_of_call = select(ToolCallRow.run_id).where(ToolCallRow.id == call_id).scalar_subquery()
+        await self.session.execute(select(RunRow.id).where(RunRow.id == run_of_call).with_for_update())  # run first
         found = (
             await self.session.execute(
                 select(ToolCallRow, RunRow.started_by)
@@ -167,9 +169,7 @@ class Transaction(WriteTransaction):
             setattr(call, column, value)  # the session flushes it
 
     async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
-        await self.session.flush()
-        if self.session.get_bind().dialect.name == "postgresql":
-            await lock_audit_chain(self.session)
+        await self.session.flush()  # the caller holds the run's row: decisions on its calls are serialized
         still_open = (
             select(ToolCallRow.id)
             .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))

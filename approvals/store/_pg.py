@@ -20,9 +20,11 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
+import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from sqlalchemy import JSON
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import greenlet_spawn
 
 from ._writes import (
@@ -43,8 +45,6 @@ from .db import json_text
 from .models import Base, ToolCallRow
 
 if TYPE_CHECKING:
-    import psycopg
-
     from ..messages import ModelRequest, ModelResponse
     from ..tools import ToolDefinition
     from .db import Database
@@ -82,8 +82,8 @@ WITH moved AS (
 )
 SELECT pg_notify('approvals_ready', id), pg_notify('approvals_runs', id) FROM moved
 """
-"""A paused run with no open call left becomes ready; only then, its audit event and wake-ups. Runs under
-the audit lock, so its snapshot holds every decision committed before, and the chain's head."""
+"""A paused run with no open call left becomes ready; only then, its audit event and wake-ups. It runs
+after the audit lock (the chain's head is current) and while the decision holds the run's row."""
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -218,8 +218,9 @@ def _call_row(values: Sequence[Any]) -> ToolCallRow:
     return ToolCallRow(**dict(zip(_CALL_COLUMNS, values, strict=True)))
 
 
-def _adapt(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: jsonb(v) if k in JSON_COLUMNS else v for k, v in row.items()}
+def _adapt(row: dict[str, Any], *, none_as_null: bool = False) -> dict[str, Any]:
+    """JSON columns' values as JSONB; with `none_as_null`, None stays SQL NULL (as the ORM leaves an unset value)."""
+    return {k: jsonb(v) if k in JSON_COLUMNS and not (none_as_null and v is None) else v for k, v in row.items()}
 
 
 class PgTransaction(WriteTransaction):
@@ -313,13 +314,17 @@ class PgTransaction(WriteTransaction):
                 WHERE run_id = %s AND tool_call_id = %s AND status = 'executing'
                 RETURNING id, tool_call_id, tool_name, args_digest, override_digest
                 """,
-                (status, jsonb(result), now, run_id, tool_call_id),
+                (status, None if result is None else jsonb(result), now, run_id, tool_call_id),
             )
             if row is not None:
                 settled.append(ExecutedCall(*row))
         return settled
 
     async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
+        # the run first, then the call: the order every writer takes them in, so none waits for another in a cycle
+        await self.execute(
+            "SELECT 1 FROM runs WHERE id = (SELECT run_id FROM tool_calls WHERE id = %s) FOR UPDATE", (call_id,)
+        )
         row = await self.fetchone(_LOCK_CALL, (call_id,))
         if row is None:
             return None
@@ -340,7 +345,7 @@ class PgTransaction(WriteTransaction):
     async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
         for column, value in changes.items():
             setattr(call, column, value)
-        await self.execute(_update_call_sql(tuple(changes)), {**_adapt(changes), "call_id": call.id})
+        await self.execute(_update_call_sql(tuple(changes)), {**_adapt(changes, none_as_null=True), "call_id": call.id})
 
     async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
         # queued for the end: under the audit lock, the update and, only if it happened, its event and wake-ups
@@ -415,11 +420,16 @@ async def pg_transaction(db: Database, stored_tool_versions: set[str]) -> AsyncI
                     yield tx
                     await tx._finish()
                 stored_tool_versions.update(tx.new_tool_versions)
-            except BaseException:
+            except BaseException as exc:
                 if not await _rolled_back(connection):
                     # a connection in an unknown state never goes back to the pool
                     await greenlet_spawn(pooled.invalidate)
-                raise
+                if not isinstance(exc, psycopg.Error):
+                    raise
+                if connection.broken:  # the server went away: its other pooled connections are gone too
+                    await db.engine.dispose()
+                # the same exceptions SQLAlchemy raises on the other path: IntegrityError, OperationalError, ...
+                raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
     finally:
         with anyio.CancelScope(shield=True):
             await greenlet_spawn(pooled.close)  # back to the pool

@@ -129,8 +129,9 @@ class WriteTransaction(ABC):
     async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
         """A paused run whose calls are all decided becomes ready, audited and announced, when this commits.
 
-        The check runs under the audit lock, after every other decision on the run committed:
-        two reviewers settling a run's last two calls at once each see the other's verdict.
+        The caller holds the run's row (`lock_call` takes it first), so decisions on one run's
+        calls are serialized: two reviewers settling its last two calls at once, the second
+        sees the first's verdict.
         """
 
     async def _became_ready(self, run_id: str, agent_name: str) -> None:

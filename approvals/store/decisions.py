@@ -12,7 +12,6 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from psycopg.errors import UniqueViolation
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -20,7 +19,7 @@ from .._canonical import digest
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import SYSTEM, Actor, StoreBase
 from ._writes import OPEN_CALL_STATUSES, WriteTransaction, utcnow
-from .models import ToolCallRow
+from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
 
 
@@ -110,7 +109,7 @@ class DecisionOps(StoreBase):
                 _check_decidable(call, started_by, verdict, actor)
                 await self._apply(tx, call, verdict, actor)
                 return call
-        except (IntegrityError, UniqueViolation):
+        except IntegrityError:
             raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
 
     async def _apply(self, tx: WriteTransaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
@@ -182,7 +181,20 @@ class DecisionOps(StoreBase):
                 .limit(limit)
             )
             if self.db.is_postgres:
-                query = query.with_for_update(skip_locked=True)
+                # the runs first, then their calls: the order decisions and cancellations take them in
+                expired_runs = select(ToolCallRow.run_id).where(
+                    ToolCallRow.status == "pending", ToolCallRow.expires_at < now
+                )
+                locked = (
+                    await tx.session.scalars(
+                        select(RunRow.id)
+                        .where(RunRow.id.in_(expired_runs))
+                        .order_by(RunRow.id)
+                        .limit(limit)
+                        .with_for_update(skip_locked=True)
+                    )
+                ).all()
+                query = query.where(ToolCallRow.run_id.in_(locked)).with_for_update()
             calls = (await tx.session.scalars(query)).all()
             runs: dict[str, str] = {}
             for call in calls:

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+import sqlalchemy.exc
 
 from approvals import Conflict, Forbidden, NotFound, UserError
 from approvals.messages import ModelRequest, UserPromptPart
@@ -141,11 +142,18 @@ async def test_two_reviewers_at_once_exactly_one_wins(store: Store, tmp_path: Pa
     assert len(await store.decisions_for(call.id)) == 1
 
 
+WAITING_LOCKS = """
+SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid)
+WHERE NOT pg_locks.granted AND pg_stat_activity.datname = current_database()
+"""
+"""Sessions of this test's database waiting for a lock, whatever the kind (row, transaction, advisory)."""
+
+
 async def test_the_last_two_calls_decided_at_once_make_the_run_ready(store: Store, tmp_path: Path) -> None:
     """Each decision checks "no call left open" only once the other committed (PostgreSQL, READ COMMITTED).
 
-    The audit lock is held from outside until both decisions wait for it, which is the moment
-    each has written its verdict and neither has seen the other's.
+    The audit lock is held from outside until both decisions wait for a lock: without the run's
+    row lock each would have written its verdict there, before seeing the other's.
     """
     if not store.db.is_postgres:
         pytest.skip("SQLite runs one writer at a time")
@@ -157,17 +165,12 @@ async def test_the_last_two_calls_decided_at_once_make_the_run_ready(store: Stor
         async with anyio.create_task_group() as group:
             for call in (calls["refund"], calls["delete_customer"]):
                 group.start_soon(functools.partial(store.decide, call.id, Approve(), actor=ALICE))
-            with anyio.fail_after(10):
-                while True:
-                    waiting = await (
-                        await holder.execute(
-                            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
-                        )
-                    ).fetchone()
-                    if waiting and waiting[0] == 2:
-                        break
-                    await anyio.sleep(0.01)
-            await holder.execute("SELECT pg_advisory_unlock(%s)", (AUDIT_LOCK_KEY,))
+            try:
+                with anyio.fail_after(10):
+                    while (await (await holder.execute(WAITING_LOCKS)).fetchone() or (0,))[0] < 2:
+                        await anyio.sleep(0.01)
+            finally:  # the decisions cannot be cancelled mid-write: let them finish whatever happened
+                await holder.execute("SELECT pg_advisory_unlock(%s)", (AUDIT_LOCK_KEY,))
     assert {c.status for c in await store.run_calls(run_id)} == {"approved"}
     assert (await store.get_run(run_id)).status == "ready"
     actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
@@ -204,6 +207,26 @@ async def test_a_long_step_is_stored_whole_and_in_order(store: Store) -> None:
     history = await store.load_history(run_id)
     assert [m.parts[0].content for m in history] == [f"message {i}" for i in range(1234)]  # type: ignore[union-attr]
     assert (await store.get_run(run_id)).message_count == 1234
+
+
+async def test_a_dropped_database_connection_fails_one_write_and_the_pool_recovers(store: Store) -> None:
+    if not store.db.is_postgres:
+        pytest.skip("SQLite has no server to lose")
+    run_id = await store.start_run("shop", "go", actor=SERVICE)
+    async with anyio.create_task_group() as group:  # a few idle connections in the pool
+        for _ in range(3):
+            group.start_soon(store.get_run, run_id)
+    conninfo = store.db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as admin:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with pytest.raises(sqlalchemy.exc.OperationalError):  # the same error the ORM path raises
+        await store.claim("w1")
+    claimed = await store.claim("w1")  # the pool was replaced: no second stale connection
+    assert claimed is not None and claimed.run_id == run_id
+    assert connections_in_use(store) == 0
 
 
 async def test_approval_is_bound_to_the_arguments_seen(store: Store, tmp_path: Path) -> None:

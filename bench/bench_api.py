@@ -12,19 +12,18 @@ drops its own databases.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import anyio
 import httpx
-import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _databases import create_pg_database, drop_pg_database
 
 from approvals import Agent, Tool
 from approvals.models import TestModel
@@ -34,7 +33,6 @@ from approvals.store.migrate import upgrade
 from web.app import create_app
 from web.settings import Settings
 
-PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SERVICE = Actor("svc", "reviewer")
 SEQUENTIAL = 300
 CONCURRENT = 600
@@ -49,21 +47,6 @@ def act(n: int) -> int:
 bench_agent: Agent[None] = Agent(
     TestModel([("act", {"n": 1})], final_text="ok"), name="bench", tools=[Tool(act, requires_approval=True)]
 )
-
-
-def create_pg_database() -> str:
-    name = f"approvals_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
-    return url
-
-
-def drop_pg_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def pending_calls(store: Store, runs: int) -> list[str]:

@@ -13,20 +13,19 @@ creates and drops its own databases.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
-import psycopg
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _databases import create_pg_database, drop_pg_database
 
 from approvals import Agent, Tool
 from approvals.deferred import DeferredToolCall, DeferredToolRequests
@@ -38,7 +37,6 @@ from approvals.store.migrate import upgrade
 
 PAUSE_SAMPLES = 40
 PAUSE_WARMUP = 10
-PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SERVICE = Actor("svc", "reviewer")
 
 
@@ -69,21 +67,6 @@ def deferred(i: int) -> DeferredToolRequests:
             )
         ]
     )
-
-
-def create_pg_database() -> str:
-    name = f"approvals_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
-    return url
-
-
-def drop_pg_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def wal_lsn(store: Store) -> int | None:

@@ -56,6 +56,24 @@ class ClaimedRun:
     """Calls people decided whose verdict the run has not yet acted on, by tool call id."""
 
 
+def _claimed(
+    run: RunRow | ClaimedRow,
+    lease_expires_at: dt.datetime,
+    history: list[ModelMessage],
+    decided: dict[str, ToolCallRow],
+) -> ClaimedRun:
+    return ClaimedRun(
+        run_id=run.id,
+        agent_name=run.agent_name,
+        prompt=run.prompt,
+        deps=run.deps,
+        message_count=run.message_count,
+        lease_expires_at=lease_expires_at,
+        history=history,
+        decided_calls=decided,
+    )
+
+
 class RunLifecycle(StoreBase):
     """Writes that move a run through its statuses."""
 
@@ -124,16 +142,7 @@ class RunLifecycle(StoreBase):
                     stored = await tx.read_run_state(found.id) if found.message_count else None
             if isinstance(found, ClaimedRow):
                 history, decided = await stored.fetch() if stored else ([], {})
-                return ClaimedRun(
-                    run_id=found.id,
-                    agent_name=found.agent_name,
-                    prompt=found.prompt,
-                    deps=found.deps,
-                    message_count=found.message_count,
-                    lease_expires_at=lease_end,
-                    history=history,
-                    decided_calls=decided,
-                )
+                return _claimed(found, lease_end, history, decided)
             recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names)
             if recovered is not None:
                 return recovered
@@ -185,16 +194,7 @@ class RunLifecycle(StoreBase):
                         )
                     )
                     decided = {call.tool_call_id: call for call in calls}
-                return ClaimedRun(
-                    run_id=run.id,
-                    agent_name=run.agent_name,
-                    prompt=run.prompt,
-                    deps=run.deps,
-                    message_count=run.message_count,
-                    lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
-                    history=history,
-                    decided_calls=decided,
-                )
+                return _claimed(run, run.lease_expires_at, history, decided)
         return None
 
     async def _recover_crashed(self, tx: Transaction, run: RunRow) -> bool:

@@ -19,7 +19,7 @@ import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .exceptions import ApprovalsError
-from .resumer import AgentRegistry, run_worker
+from .resumer import DEFAULT_WORKER_CONCURRENCY, AgentRegistry, run_worker
 from .security import new_password
 from .store import SYSTEM, Database, Store
 from .store.migrate import current_revision, head_revision, upgrade
@@ -156,18 +156,24 @@ def worker(
     database_url: DatabaseOption = None,
     agent: AgentOption = None,
     lease_seconds: Annotated[float, typer.Option(help="Seconds a claimed run stays leased between renewals.")] = 60.0,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Runs continued at once (each mostly waits for its model).")
+    ] = DEFAULT_WORKER_CONCURRENCY,
     demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Also serve the demo agent.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Resume ready runs until stopped (SIGTERM finishes the current run first)."""
+    """Resume ready runs until stopped (SIGTERM lets the runs in progress finish first)."""
     settings = settings_for(config, database_url, agent)
     registry = load_agents(settings.agents, demo=demo)
     if not registry.names:
         fail("no agents to serve: pass --agent package.module:agent (or --demo)")
-    typer.echo(f"approvals worker: agents {', '.join(registry.names)}; waiting for ready runs")
+    agents = ", ".join(registry.names)
+    typer.echo(f"approvals worker: agents {agents}; up to {concurrency} runs at once; waiting for ready runs")
     with_store(
         settings.database_url,
-        lambda store: run_worker(store, registry, lease_seconds=lease_seconds, handle_signals=True),
+        lambda store: run_worker(
+            store, registry, concurrency=concurrency, lease_seconds=lease_seconds, handle_signals=True
+        ),
     )
 
 

@@ -3,8 +3,9 @@
 `Resumer.resume()` leases one ready run, rebuilds its history from the store, hands the
 people's decisions to the agent, marks approved calls `executing` in their own commit
 before they run, appends each step as it completes, and records how the run ended:
-completed, failed, or paused again. `run_worker` does that in a loop, woken by
-PostgreSQL `LISTEN/NOTIFY` (or in-process events on SQLite) rather than by polling.
+completed, failed, or paused again. `run_worker` does that in a loop, for several runs
+at once, woken by PostgreSQL `LISTEN/NOTIFY` (or in-process events on SQLite) rather
+than by polling.
 
 Agents are found by name in an `AgentRegistry`; a worker in another process registers
 the same agents (an import path like `myapp.agents:support_agent` is enough), so any
@@ -34,10 +35,12 @@ from .messages import ModelRequest, ModelResponse
 from .store import READY_CHANNEL, ClaimedRun, Store
 from .store.models import ToolCallRow
 
-__all__ = ("AgentRegistry", "RegisteredAgent", "Resumer", "run_worker")
+__all__ = ("DEFAULT_WORKER_CONCURRENCY", "AgentRegistry", "RegisteredAgent", "Resumer", "run_worker")
 
 logger = logging.getLogger("approvals.resumer")
 DepsFactory = Callable[[Any], Any | Awaitable[Any]]
+DEFAULT_WORKER_CONCURRENCY = 4
+"""Runs a worker process continues at once, unless told otherwise (`approvals worker --concurrency`)."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +130,20 @@ class Resumer:
 
     async def resume(self, run_id: str | None = None) -> str | None:
         """Continue one ready run (`run_id`, or the oldest); returns its id, or None when none was ready."""
-        claimed = await self.store.claim(
-            self.worker_id, lease_seconds=self.lease_seconds, run_id=run_id, agent_names=self.registry.names
-        )
+        claimed = await self.claim(run_id)
         if claimed is None:
             return None
+        await self.continue_run(claimed)
+        return claimed.run_id
+
+    async def claim(self, run_id: str | None = None) -> ClaimedRun | None:
+        """Lease one ready run of this registry's agents (`run_id`, or the oldest); None when none is ready."""
+        return await self.store.claim(
+            self.worker_id, lease_seconds=self.lease_seconds, run_id=run_id, agent_names=self.registry.names
+        )
+
+    async def continue_run(self, claimed: ClaimedRun) -> None:
+        """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile."""
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_lease, claimed.run_id)
@@ -139,7 +151,6 @@ class Resumer:
                 group.cancel_scope.cancel()
         except LeaseLost:
             logger.warning("lost the lease on run %s; another worker continues it", claimed.run_id)
-        return claimed.run_id
 
     async def _keep_lease(self, run_id: str) -> None:
         while True:
@@ -214,32 +225,61 @@ async def run_worker(
     registry: AgentRegistry,
     *,
     worker_id: str | None = None,
+    concurrency: int = 1,
     lease_seconds: float = 60.0,
     poll_interval: float = 30.0,
     expire_interval: float = 15.0,
     stop: anyio.Event | None = None,
     handle_signals: bool = False,
 ) -> None:
-    """Resume ready runs until `stop` is set (or SIGTERM/SIGINT with `handle_signals`).
+    """Resume ready runs, up to `concurrency` at once, until `stop` is set (or SIGTERM/SIGINT with `handle_signals`).
 
-    Waits for wake-ups (NOTIFY on PostgreSQL) between runs; `poll_interval` is only a
-    safety net. A stop request lets the current run finish first.
+    A run spends most of its time waiting for its model, so one process keeps several
+    moving; each is claimed under its own lease. Between claims the worker waits for
+    wake-ups (NOTIFY on PostgreSQL); `poll_interval` is only a safety net. A stop request
+    lets the runs in progress finish first.
     """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     stop = stop or anyio.Event()
     resumer = Resumer(store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
+    slots = anyio.Semaphore(concurrency)
     async with anyio.create_task_group() as group:
         if handle_signals:
             group.start_soon(_stop_on_signals, stop)
-        async with store.notifier.listen(READY_CHANNEL) as wakeups:
-            last_expiry = 0.0
+        group.start_soon(_expire_until_stopped, store, expire_interval, stop)
+        async with store.notifier.listen(READY_CHANNEL) as wakeups, anyio.create_task_group() as running:
             while not stop.is_set():
-                if anyio.current_time() - last_expiry >= expire_interval:
-                    await store.expire()
-                    last_expiry = anyio.current_time()
-                if await resumer.resume() is not None:
+                await slots.acquire()  # a run in progress ends before another is claimed
+                if stop.is_set():
+                    slots.release()
+                    break
+                claimed = await resumer.claim()
+                if claimed is None:
+                    slots.release()
+                    await _wait_for_wakeup(wakeups, stop, poll_interval)
                     continue
-                await _wait_for_wakeup(wakeups, stop, min(poll_interval, expire_interval))
+                running.start_soon(_continue_in_slot, resumer, claimed, slots)
         group.cancel_scope.cancel()
+
+
+async def _continue_in_slot(resumer: Resumer, claimed: ClaimedRun, slots: anyio.Semaphore) -> None:
+    """One run of a worker's several: its failure is logged and leaves the others running."""
+    try:
+        await resumer.continue_run(claimed)
+    except Exception:
+        # the run keeps its lease until it expires; then any worker recovers it like a crashed one
+        logger.exception("run %s: the worker could not record its progress", claimed.run_id)
+    finally:
+        slots.release()
+
+
+async def _expire_until_stopped(store: Store, seconds: float, stop: anyio.Event) -> None:
+    """Turn calls past their approval TTL into denials every `seconds`."""
+    while not stop.is_set():
+        await store.expire()
+        with anyio.move_on_after(seconds):
+            await stop.wait()
 
 
 async def _wait_for_wakeup(wakeups: Any, stop: anyio.Event, seconds: float) -> None:

@@ -169,26 +169,51 @@ async def bench_wakeup(url: str, label: str) -> None:
     await reviewer_db.dispose()
 
 
-def _decide_worker(url: str, call_ids: list[str], actor: str, barrier: Any) -> None:
+def _decide_worker(url: str, call_ids: list[str], actor: str, tasks: int, barrier: Any) -> None:
+    """One process deciding `call_ids`, `tasks` at a time (as a web process serves several reviewers)."""
+
+    async def decide_all(store: Store, ids: list[str]) -> None:
+        for call_id in ids:
+            await store.decide(call_id, Approve(), actor=Actor(actor, "reviewer"))
+
     async def main() -> None:
         database = Database(url)
         store = Store(database)
         barrier.wait()
-        for call_id in call_ids:
-            await store.decide(call_id, Approve(), actor=Actor(actor, "reviewer"))
+        async with anyio.create_task_group() as group:
+            for task in range(tasks):
+                group.start_soon(decide_all, store, call_ids[task::tasks])
         await database.dispose()
 
     anyio.run(main)
 
 
-def _resume_worker(url: str, index: int, barrier: Any) -> None:
+def _worker_process(url: str, concurrency: int, barrier: Any) -> None:
+    """`run_worker` in its own process, stopped once no run is left to resume."""
+
+    async def stop_when_drained(database: Database, stop: anyio.Event) -> None:
+        while not stop.is_set():
+            await anyio.sleep(0.05)
+            async with database.read() as session:
+                left = await session.scalar(text("SELECT count(*) FROM runs WHERE status IN ('ready', 'resuming')"))
+            if left == 0:
+                stop.set()
+
     async def main() -> None:
-        database = Database(url, pool_size=2)
+        database = Database(url)
         store = Store(database)
-        resumer = Resumer(store, AgentRegistry([bench_agent]), worker_id=f"w{index}")
+        stop = anyio.Event()
         barrier.wait()
-        while await resumer.resume() is not None:
-            pass
+        async with anyio.create_task_group() as group:
+            group.start_soon(stop_when_drained, database, stop)
+            await run_worker(
+                store,
+                AgentRegistry([bench_agent]),
+                concurrency=concurrency,
+                poll_interval=0.05,
+                expire_interval=3600,
+                stop=stop,
+            )
         await database.dispose()
 
     anyio.run(main)
@@ -226,15 +251,18 @@ def parallel(target: Any, args_list: list[tuple[Any, ...]]) -> float:
     return time.perf_counter() - start
 
 
-def bench_throughput(url: str, workers: int = 4, runs: int = 2000) -> None:
+THROUGHPUT_SHAPES = ((4, 1), (2, 2), (1, 4))
+"""4 workers as (processes, runs each continues at once): one per process, two per process, all in one."""
+
+
+def bench_throughput(url: str, processes: int, concurrency: int, runs: int = 2000) -> None:
     ids = anyio.run(prepare_paused_runs, url, runs)
-    chunks = [ids[i::workers] for i in range(workers)]
-    seconds = parallel(_decide_worker, [(url, chunk, f"reviewer{i}") for i, chunk in enumerate(chunks)])
-    print(f"[postgresql] {len(ids)} decisions by {workers} processes: {len(ids) / seconds:6.0f} decisions/s")
-    seconds = parallel(_resume_worker, [(url, i) for i in range(workers)])
-    print(
-        f"[postgresql] {len(ids)} resumes by {workers} workers:     {len(ids) / seconds:6.0f} resumes/s (no-op model)"
-    )
+    chunks = [ids[i::processes] for i in range(processes)]
+    shape = f"{processes} process{'es' if processes > 1 else ''} x {concurrency}"
+    seconds = parallel(_decide_worker, [(url, chunk, f"reviewer{i}", concurrency) for i, chunk in enumerate(chunks)])
+    print(f"[postgresql] {shape}: {len(ids)} decisions {len(ids) / seconds:6.0f} /s", end="")
+    seconds = parallel(_worker_process, [(url, concurrency) for _ in range(processes)])
+    print(f"   {len(ids)} resumes {len(ids) / seconds:6.0f} /s (no-op model)")
 
 
 def main() -> None:
@@ -249,11 +277,13 @@ def main() -> None:
             anyio.run(bench_wakeup, sqlite_url, "sqlite")
         finally:
             drop_pg_database(pg_url)
-    throughput_url = create_pg_database()
-    try:
-        bench_throughput(throughput_url)
-    finally:
-        drop_pg_database(throughput_url)
+    print("4 workers, no-op model; deciders are shaped like the workers:")
+    for processes, concurrency in THROUGHPUT_SHAPES:
+        throughput_url = create_pg_database()
+        try:
+            bench_throughput(throughput_url, processes, concurrency)
+        finally:
+            drop_pg_database(throughput_url)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from alembic import context
-from sqlalchemy import JSON, create_engine, pool
+from sqlalchemy import JSON, Connection, create_engine, pool
 
 from approvals.store.db import normalize_url
 from approvals.store.models import Base, UTCDateTime, include_in_autogenerate
@@ -31,6 +31,17 @@ def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
     return False
 
 
+def use_wal(connection: Connection) -> None:
+    """Leave a SQLite file in WAL mode, which it keeps: the app's first connections then find it so.
+
+    Otherwise each of them switches the file to WAL as it opens, and when several open at once
+    (web requests, the worker, the webhook sender) one of them fails with "database is locked".
+    """
+    if connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+        connection.commit()
+
+
 def run_migrations() -> None:
     options = {
         "target_metadata": target_metadata,
@@ -41,12 +52,14 @@ def run_migrations() -> None:
     }
     connection = config.attributes.get("connection")
     if connection is not None:  # a caller (tests, the CLI) passed an open connection
+        use_wal(connection)
         context.configure(connection=connection, **options)
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = create_engine(sync_url, poolclass=pool.NullPool)
     with engine.connect() as connection:
+        use_wal(connection)
         context.configure(connection=connection, **options)
         with context.begin_transaction():
             context.run_migrations()

@@ -48,7 +48,9 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
                 context = AppContext(settings=settings, db=db, store=store, registry=agents, service=service)
                 app.state.context = context
                 if settings.worker:
-                    group.start_soon(lambda: run_worker(store, agents, stop=stop))
+                    group.start_soon(
+                        lambda: run_worker(store, agents, concurrency=settings.worker_concurrency, stop=stop)
+                    )
                 if settings.webhook_urls:
                     from .webhooks import deliver_webhooks
 

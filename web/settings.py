@@ -7,6 +7,8 @@ import secrets
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from approvals.resumer import DEFAULT_WORKER_CONCURRENCY
+
 
 class Settings(BaseSettings):
     """Everything the app needs to start; every field can be set as APPROVALS_<NAME>."""
@@ -27,6 +29,8 @@ class Settings(BaseSettings):
     """Header set by an SSO proxy that names the logged-in user (only when the proxy strips it from clients)."""
     worker: bool = True
     """Run a resumer inside the web process (the SQLite setup); turn off when separate workers run."""
+    worker_concurrency: int = Field(default=DEFAULT_WORKER_CONCURRENCY, ge=1)
+    """Runs the web process's resumer continues at once."""
     webhook_urls: list[str] = Field(default_factory=list)
     """URLs that receive a signed POST when a call becomes pending and when a run finishes."""
     webhook_secret: str | None = Field(default=None, repr=False)

@@ -121,8 +121,10 @@ def _hold_sql(columns: tuple[str, ...]) -> str:
 
 
 @cache
-def _notify_sql(count: int) -> str:
-    return sql.SQL("SELECT {}").format(sql.SQL(", ").join([sql.SQL("pg_notify(%s, %s)")] * count)).as_string()
+def _finish_sql(lock: bool, notifications: int) -> str:
+    """One statement for the audit lock and the wake-ups, as each costs the client a statement's work."""
+    calls = [sql.SQL("pg_advisory_xact_lock(%s)")] * lock + [sql.SQL("pg_notify(%s, %s)")] * notifications
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(calls)).as_string()
 
 
 @cache
@@ -384,10 +386,10 @@ class PgTransaction(WriteTransaction):
     async def _finish(self) -> None:
         """Queue the wake-ups, the audit events and COMMIT behind the operation's statements."""
         announcements = list(dict.fromkeys(self.announcements))
-        if announcements:
-            await self.execute(_notify_sql(len(announcements)), [v for pair in announcements for v in pair])
-        if self.events or self._ready_checks:
-            await self.execute("SELECT pg_advisory_xact_lock(%s)", (AUDIT_LOCK_KEY,))
+        lock = bool(self.events or self._ready_checks)
+        if lock or announcements:
+            params = [AUDIT_LOCK_KEY] * lock + [value for pair in announcements for value in pair]
+            await self.execute(_finish_sql(lock, len(announcements)), params)
         if self.events:
             await self.cursor.executemany(_AUDIT_INSERT, [_audit_params(event) for event in self.events])
         for event in self._ready_checks:

@@ -142,9 +142,9 @@ def _configure_sqlite(engine: AsyncEngine, *, write_lock: bool) -> None:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")  # first, so the pragmas below wait for locks too
+        cursor.execute("PRAGMA journal_mode=WAL")  # a no-op on a migrated file, which is WAL already
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=10000")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 

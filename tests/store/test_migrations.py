@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -58,6 +60,16 @@ def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) == head_revision()
     assert table_names(empty_db_url) == set(Base.metadata.tables)
     assert differences(empty_db_url) == []
+
+
+def test_a_migrated_sqlite_file_is_already_in_wal_mode(tmp_path: Path) -> None:
+    # were it not, the app's first connections would each switch it to WAL as they open, and
+    # when several open at once (requests, worker, webhooks) one fails with "database is locked"
+    path = tmp_path / "fresh.db"
+    upgrade(f"sqlite:///{path}")
+    with closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert differences(f"sqlite:///{path}") == []
 
 
 def test_downgrade_base_removes_everything(empty_db_url: str) -> None:

@@ -111,6 +111,12 @@ def test_settings_from_a_config_file(tmp_path: Path, db: str) -> None:
     assert out.startswith(f"current: {head_revision()}")
 
 
+def test_worker_refuses_a_concurrency_below_one(db: str) -> None:
+    code, out = run("worker", "--demo", "--concurrency", "0", "--database-url", db)
+    assert code == 2
+    assert "Invalid value for '--concurrency'" in out
+
+
 def test_worker_stops_cleanly_on_sigterm(db: str) -> None:
     import os
     import signal
@@ -119,7 +125,7 @@ def test_worker_stops_cleanly_on_sigterm(db: str) -> None:
     import time
 
     with subprocess.Popen(
-        [sys.executable, "-m", "approvals.cli", "worker", "--demo", "--database-url", db],
+        [sys.executable, "-m", "approvals.cli", "worker", "--demo", "--concurrency", "2", "--database-url", db],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -127,7 +133,7 @@ def test_worker_stops_cleanly_on_sigterm(db: str) -> None:
     ) as worker:
         assert worker.stdout is not None
         first_line = worker.stdout.readline()
-        assert "waiting for ready runs" in first_line
+        assert "up to 2 runs at once; waiting for ready runs" in first_line
         time.sleep(0.5)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 0

@@ -123,7 +123,8 @@ def _hold_sql(columns: tuple[str, ...]) -> str:
 @cache
 def _finish_sql(lock: bool, notifications: int) -> str:
     """One statement for the audit lock and the wake-ups, as each costs the client a statement's work."""
-    calls = [sql.SQL("pg_advisory_xact_lock(%s)")] * lock + [sql.SQL("pg_notify(%s, %s)")] * notifications
+    calls = [sql.SQL("pg_advisory_xact_lock(%s)")] if lock else []
+    calls += [sql.SQL("pg_notify(%s, %s)")] * notifications
     return sql.SQL("SELECT {}").format(sql.SQL(", ").join(calls)).as_string()
 
 
@@ -388,7 +389,8 @@ class PgTransaction(WriteTransaction):
         announcements = list(dict.fromkeys(self.announcements))
         lock = bool(self.events or self._ready_checks)
         if lock or announcements:
-            params = [AUDIT_LOCK_KEY] * lock + [value for pair in announcements for value in pair]
+            params: list[Any] = [AUDIT_LOCK_KEY] if lock else []
+            params += [value for pair in announcements for value in pair]
             await self.execute(_finish_sql(lock, len(announcements)), params)
         if self.events:
             await self.cursor.executemany(_AUDIT_INSERT, [_audit_params(event) for event in self.events])

@@ -6,6 +6,9 @@ Targets (issue 4):
 - a decision wakes the resumer in under 50 ms (LISTEN/NOTIFY, no polling sleep);
 - at least 700 decisions/s and 300 resumes/s (no-op model) with 4 workers on PostgreSQL.
 
+The 4 workers are measured three ways, as `run_worker` can hold several runs at once:
+4 processes of 1 run each, 2 processes of 2, and 1 process of 4.
+
 Needs the local PostgreSQL (APPROVALS_BENCH_PG_URL, default postgresql://postgres@127.0.0.1/postgres);
 creates and drops its own databases.
 """

@@ -1,11 +1,11 @@
 """Continuing stored runs: turn decisions into deferred results and run the agent on.
 
-`Resumer.resume()` leases one ready run, rebuilds its history from the store, hands the
-people's decisions to the agent, marks approved calls `executing` in their own commit
-before they run, appends each step as it completes, and records how the run ended:
-completed, failed, or paused again. `run_worker` does that in a loop, for several runs
-at once, woken by PostgreSQL `LISTEN/NOTIFY` (or in-process events on SQLite) rather
-than by polling.
+`Resumer.resume()` leases one ready run, which commits its approved calls as `executing`
+before any runs (a call the run then never starts is released back to approved), rebuilds
+its history from the store, hands the people's decisions to the agent, appends each step as
+it completes, and records how the run ended: completed, failed, or paused again.
+`run_worker` does that in a loop, for several runs at once, woken by PostgreSQL
+`LISTEN/NOTIFY` (or in-process events on SQLite) rather than by polling.
 
 Agents are found by name in an `AgentRegistry`; a worker in another process registers
 the same agents (an import path like `myapp.agents:support_agent` is enough), so any
@@ -32,8 +32,7 @@ from .agent import Agent, pending_tool_calls
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .messages import ModelRequest, ModelResponse
-from .store import READY_CHANNEL, ClaimedRun, Store
-from .store.models import ToolCallRow
+from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 
 __all__ = ("DEFAULT_WORKER_CONCURRENCY", "AgentRegistry", "RegisteredAgent", "Resumer", "run_worker")
 
@@ -102,7 +101,7 @@ class AgentRegistry:
         return name in self._agents
 
 
-def decision_from_row(row: ToolCallRow) -> ToolApproved | ToolDenied | ToolAnswered:
+def decision_from_row(row: DecidedCall) -> ToolApproved | ToolDenied | ToolAnswered:
     """The deferred result a decided call stands for."""
     if row.status == "approved":
         return ToolApproved(override_args=row.override_args, args_digest=row.args_digest)
@@ -162,6 +161,7 @@ class Resumer:
         history = claimed.history
         stored = len(history)
         executing: set[str] = set()  # marked executing, results not yet stored
+        started: set[str] = set()  # handed to their tools
 
         async def append(step: list[ModelRequest | ModelResponse]) -> None:
             nonlocal stored
@@ -172,8 +172,18 @@ class Resumer:
             executing.clear()  # approved calls run before the step that follows them is stored
 
         async def mark_executing(tool_call_ids: list[str]) -> None:
-            await self.store.mark_executing(run_id, worker, tool_call_ids)
+            fresh = [call_id for call_id in tool_call_ids if call_id not in claimed.executing]
+            if fresh:  # the claim already committed the approved calls it found as executing
+                await self.store.mark_executing(run_id, worker, fresh)
+            started.update(tool_call_ids)
             executing.update(tool_call_ids)
+
+        async def fail(error: str, failed_tool_call_id: str | None = None) -> None:
+            # calls the claim marked executing that never ran go back to approved: a retry runs them
+            unstarted = claimed.executing - started
+            await self.store.finish(
+                run_id, worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
+            )
 
         try:
             entry = self.registry.get(claimed.agent_name)
@@ -191,14 +201,11 @@ class Resumer:
         except LeaseLost:
             raise
         except ApprovalsError as exc:
-            failed_id = exc.tool_call_id if isinstance(exc, ToolExecutionError) else None
-            await self.store.finish(run_id, worker, [], error=str(exc), failed_tool_call_id=failed_id)
+            await fail(str(exc), exc.tool_call_id if isinstance(exc, ToolExecutionError) else None)
             return
-        except (
-            Exception
-        ) as exc:  # a bug in user code outside tools (deps factory, hooks): fail the run, keep the worker
+        except Exception as exc:  # a bug in user code outside tools (deps factory, hooks) fails the run, not the worker
             logger.exception("run %s failed", run_id)
-            await self.store.finish(run_id, worker, [], error=f"{type(exc).__name__}: {exc}")
+            await fail(f"{type(exc).__name__}: {exc}")
             return
         remaining = result.all_messages()[stored:]
         if isinstance(result.output, DeferredToolRequests):
@@ -209,7 +216,7 @@ class Resumer:
 
     @staticmethod
     def _decisions(
-        run_id: str, history: list[ModelRequest | ModelResponse], decided: dict[str, ToolCallRow]
+        run_id: str, history: list[ModelRequest | ModelResponse], decided: dict[str, DecidedCall]
     ) -> DeferredToolResults | None:
         pending = pending_tool_calls(history)
         if not pending:

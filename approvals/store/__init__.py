@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ._base import SYSTEM, Actor, Role
+from ._writes import DecidedCall
 from .accounts import AccountOps
 from .db import Database, normalize_url
 from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
@@ -25,6 +26,7 @@ __all__ = (
     "Approve",
     "ClaimedRun",
     "Database",
+    "DecidedCall",
     "Deny",
     "EditAndApprove",
     "Notifier",

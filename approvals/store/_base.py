@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..exceptions import NotFound
-from ..messages import ModelRequest, ModelResponse
-from ..tools import ToolDefinition
-from ._pg import pg_transaction
+from ..exceptions import Conflict, NotFound
+from ._pg import pg_run_write
 from ._writes import (
     OPEN_CALL_STATUSES,
+    RELEASED_DETAILS,
     SYSTEM_ACTOR_ID,
     ExecutedCall,
     HeldRun,
-    WriteTransaction,
+    RunEvent,
+    RunWrite,
     lease_lost,
     message_rows,
     tool_definition_row,
     utcnow,
 )
-from .audit import append_events
+from .audit import AuditEvent, append_events
 from .db import Database
 from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
-from .notify import Notifier
+from .notify import READY_CHANNEL, RUNS_CHANNEL, Notifier
 
 Role = Literal["viewer", "reviewer", "admin"]
 ROLE_RANK: dict[str, int] = {"viewer": 0, "reviewer": 1, "admin": 2}
@@ -53,72 +53,154 @@ SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")
 """The actor for work nobody asked for: expiry, crash recovery."""
 
 
-class Transaction(WriteTransaction):
-    """A store operation's SQLAlchemy session, with announcements and audit events for its end."""
+class Transaction:
+    """A store operation's SQLAlchemy session, with announcements and audit events for its end.
+
+    Every operation runs through it on SQLite, and the rare ones on PostgreSQL too; there the
+    hot path (a run's writes, decisions) is one function call each (`_pg`), which does what
+    `apply` and `DecisionOps._apply` do here.
+    """
 
     def __init__(self, session: AsyncSession) -> None:
-        super().__init__()
         self.session = session
+        self.announcements: list[tuple[str, str]] = []
+        self.events: list[AuditEvent] = []
 
-    async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
+    async def announce(self, channel: str, payload: str) -> None:
+        """Wake listeners on `channel` once this transaction commits."""
+        self.announcements.append((channel, payload))
+
+    async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
+        """Record an event; it is chained and written when the transaction ends."""
+        self.events.append(
+            AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields)
+        )
+
+    async def apply(self, write: RunWrite) -> None:
+        """Carry out a worker's write to the run it holds; `approvals_run_write` is its PostgreSQL twin."""
+        run = await self._hold(write)
+        now = write.now
+        if write.messages:
+            await self.session.execute(insert(MessageRow), message_rows(run, write.messages, now))
+        for definition in write.tool_definitions:
+            await self.session.execute(
+                sqlite_insert(ToolDefinitionRow).values(tool_definition_row(definition, now)).on_conflict_do_nothing()
+            )
+        if write.calls:
+            pending = {"run_id": run.id, "agent_name": run.agent_name, "status": "pending"}
+            rows = [{**call, **pending, "created_at": now, "updated_at": now} for call in write.calls]
+            await self.session.execute(insert(ToolCallRow), rows)
+        if write.start_executing is not None:
+            started = await self.start_executing(run, write.start_executing, now)
+            if len(started) != len(set(write.start_executing)):
+                raise Conflict(f"Run {run.id!r}: not every call to execute is approved")
+        events: list[RunEvent] = []
+        for call, (status, result) in await self._settle_executing(run.id, write.results, now):
+            events.append(RunEvent(f"call.{status}", "call", call.id, call.tool_name, {"result": result}))
+        if write.released:
+            for call in await self._release(run.id, write.released, now):
+                events.append(RunEvent("call.released", "call", call.id, call.tool_name, RELEASED_DETAILS))
+        if write.interrupted is not None:
+            failed, error = write.interrupted.failed_tool_call_id, write.interrupted.error
+            stuck = await self.session.scalars(
+                select(ToolCallRow.tool_call_id).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
+            )
+            outcomes = {t: ("failed", error) if t == failed else ("outcome_unknown", None) for t in stuck}
+            for call, (status, _) in await self._settle_executing(run.id, outcomes, now):
+                events.append(RunEvent(f"call.{status}", "call", call.id, call.tool_name, {"error": error}))
+        for event in [*events, *write.events]:
+            await self.audit(
+                write.worker_id,
+                event.action,
+                event.subject_type,
+                event.subject_id,
+                run_id=run.id,
+                agent_name=run.agent_name,
+                tool_name=event.tool_name,
+                details=event.details,
+                at=now,
+            )
+        for channel, payload in write.announcements:
+            await self.announce(channel, payload)
+
+    async def hold(self, run_id: str, worker_id: str, **values: Any) -> HeldRun:
+        """Guarded update of a run this worker leases: `LeaseLost` unless it still holds it."""
+        return await self._hold(RunWrite(run_id=run_id, worker_id=worker_id, changes=values))
+
+    async def _hold(self, write: RunWrite) -> HeldRun:
+        grow = len(write.messages)
         statement = (
             update(RunRow)
-            .where(RunRow.id == run_id, RunRow.status == "resuming", RunRow.lease_owner == worker_id)
-            .values(message_count=RunRow.message_count + grow, updated_at=utcnow(), **values)
+            .where(RunRow.id == write.run_id, RunRow.status == "resuming", RunRow.lease_owner == write.worker_id)
+            .values(message_count=RunRow.message_count + grow, updated_at=write.now, **write.changes)
             .returning(RunRow.agent_name, RunRow.message_count)
         )
         row = (await self.session.execute(statement)).one_or_none()
         if row is None:
-            raise lease_lost(
-                run_id, worker_id, await self.session.scalar(select(RunRow.status).where(RunRow.id == run_id))
-            )
-        return HeldRun(id=run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=worker_id)
-
-    async def append_messages(self, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> None:
-        if messages:
-            await self.session.execute(insert(MessageRow), message_rows(run, messages))
-
-    async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
-        dialect_insert = pg_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
-        await self.session.execute(
-            dialect_insert(ToolDefinitionRow).values(tool_definition_row(definition)).on_conflict_do_nothing()
+            status = await self.session.scalar(select(RunRow.status).where(RunRow.id == write.run_id))
+            raise lease_lost(write.run_id, write.worker_id, status)
+        return HeldRun(
+            id=write.run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=write.worker_id
         )
-        return definition.version
 
-    async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            await self.session.execute(insert(ToolCallRow), rows)
+    async def start_executing(self, run: HeldRun, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
+        """Move these approved calls to `executing`, consume their approvals, audit it; returns the calls moved."""
+        started = await self._move_calls(run.id, tool_call_ids, "approved", "executing", now, consumed_at=now)
+        for call in started:
+            await self.audit(
+                run.worker_id,
+                "call.executing",
+                "call",
+                call.id,
+                run_id=run.id,
+                agent_name=run.agent_name,
+                tool_name=call.tool_name,
+                details={"args_digest": call.override_digest or call.args_digest},
+                at=now,
+            )
+        return started
 
-    async def start_executing(self, run_id: str, tool_call_ids: Sequence[str]) -> list[ExecutedCall]:
-        now = utcnow()
+    async def _release(self, run_id: str, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
+        """Calls marked executing that never ran go back to approved, and their approvals stand again."""
+        return await self._move_calls(run_id, tool_call_ids, "executing", "approved", now, consumed_at=None)
+
+    async def _move_calls(
+        self,
+        run_id: str,
+        tool_call_ids: Sequence[str],
+        source: str,
+        target: str,
+        now: dt.datetime,
+        *,
+        consumed_at: dt.datetime | None,
+    ) -> list[ExecutedCall]:
+        """Guarded status change of a run's calls, their approvals marked consumed (or not) with it."""
         calls = (
             await self.session.execute(
                 update(ToolCallRow)
                 .where(
                     ToolCallRow.run_id == run_id,
                     ToolCallRow.tool_call_id.in_(tool_call_ids),
-                    ToolCallRow.status == "approved",
+                    ToolCallRow.status == source,
                 )
-                .values(status="executing", updated_at=now)
+                .values(status=target, updated_at=now)
                 .returning(*_EXECUTED_COLUMNS)
             )
         ).all()
         if calls:
+            consuming = consumed_at is not None
+            unchanged = DecisionRow.consumed_at.is_(None) if consuming else DecisionRow.consumed_at.is_not(None)
             await self.session.execute(
                 update(DecisionRow)
-                .where(DecisionRow.call_id.in_([c.id for c in calls]), DecisionRow.consumed_at.is_(None))
-                .values(consumed_at=now)
+                .where(DecisionRow.call_id.in_([c.id for c in calls]), unchanged)
+                .values(consumed_at=consumed_at)
             )
         return [ExecutedCall(*call) for call in calls]
 
-    async def executing_call_ids(self, run_id: str) -> list[str]:
-        return list(
-            await self.session.scalars(
-                select(ToolCallRow.tool_call_id).where(ToolCallRow.run_id == run_id, ToolCallRow.status == "executing")
-            )
-        )
-
-    async def settle_executing(self, run_id: str, outcomes: dict[str, tuple[str, Any]]) -> list[ExecutedCall]:
+    async def _settle_executing(
+        self, run_id: str, outcomes: dict[str, tuple[str, Any]], now: dt.datetime
+    ) -> list[tuple[ExecutedCall, tuple[str, Any]]]:
+        """Executing calls get their final status and result; the calls settled, in the order of `outcomes`."""
         if not outcomes:
             return []
         calls = (
@@ -130,13 +212,19 @@ class Transaction(WriteTransaction):
                 )
             )
         ).all()
-        now = utcnow()
-        for call in calls:
-            call.status, call.result = outcomes[call.tool_call_id]
+        by_id = {call.tool_call_id: call for call in calls}
+        settled = []
+        for tool_call_id, outcome in outcomes.items():
+            call = by_id.get(tool_call_id)
+            if call is None:
+                continue
+            call.status, call.result = outcome
             call.updated_at = now
-        return [ExecutedCall(c.id, c.tool_call_id, c.tool_name, c.args_digest, c.override_digest) for c in calls]
+            settled.append((ExecutedCall(call.id, tool_call_id, call.tool_name, call.args_digest, None), outcome))
+        return settled
 
     async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
+        """The call, locked until commit, and who started its run; None when there is no such call."""
         run_of_call = select(ToolCallRow.run_id).where(ToolCallRow.id == call_id).scalar_subquery()
         await self.session.execute(select(RunRow.id).where(RunRow.id == run_of_call).with_for_update())  # run first
         found = (
@@ -150,9 +238,11 @@ class Transaction(WriteTransaction):
         return None if found is None else (found[0], found[1])
 
     async def add_decision(self, row: dict[str, Any]) -> None:
+        """Record one reviewer's verdict (a `decisions` row)."""
         self.session.add(DecisionRow(**row))
 
     async def count_approvals(self, call_id: str, args_digest: str) -> int:
+        """Distinct reviewers whose unconsumed approvals of these arguments stand."""
         await self.session.flush()
         count = await self.session.scalar(
             select(func.count(func.distinct(DecisionRow.actor))).where(
@@ -165,11 +255,18 @@ class Transaction(WriteTransaction):
         return count or 0
 
     async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
+        """Set columns of a call from `lock_call`."""
         for column, value in changes.items():
             setattr(call, column, value)  # the session flushes it
 
     async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
-        await self.session.flush()  # the caller holds the run's row: decisions on its calls are serialized
+        """A paused run whose calls are all decided becomes ready, audited and announced, when this commits.
+
+        The caller holds the run's row (`lock_call` takes it first), so decisions on one run's
+        calls are serialized: two reviewers settling its last two calls at once, the second
+        sees the first's verdict.
+        """
+        await self.session.flush()
         still_open = (
             select(ToolCallRow.id)
             .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
@@ -182,7 +279,9 @@ class Transaction(WriteTransaction):
             .returning(RunRow.id)
         )
         if ready is not None:
-            await self._became_ready(run_id, agent_name)
+            await self.audit(SYSTEM_ACTOR_ID, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
+            await self.announce(READY_CHANNEL, run_id)
+            await self.announce(RUNS_CHANNEL, run_id)
 
 
 _EXECUTED_COLUMNS = (
@@ -202,6 +301,8 @@ class StoreBase:
         self.notifier = notifier or Notifier(db)
         self._stored_tool_versions: set[str] = set()
         """Tool definition versions this process stored or saw stored: a version's definition never changes."""
+        self._stale_leases_checked_at = float("-inf")
+        """When (monotonic) a claim last looked for runs whose worker's lease expired."""
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
@@ -214,11 +315,13 @@ class StoreBase:
             await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
-    def write_transaction(self) -> AbstractAsyncContextManager[WriteTransaction]:
-        """A transaction for the hot path of a run's life: pipelined psycopg on PostgreSQL, SQLAlchemy on SQLite."""
+    async def write_run(self, write: RunWrite) -> None:
+        """A worker's write to the run it holds, in one transaction: one function call on PostgreSQL."""
         if self.db.is_postgres:
-            return pg_transaction(self.db, self._stored_tool_versions)
-        return self.transaction()
+            await pg_run_write(self.db, write, self._stored_tool_versions)
+            return
+        async with self.transaction() as tx:
+            await tx.apply(write)
 
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:
         run = await session.scalar(select(RunRow).where(RunRow.id == run_id).with_for_update())

@@ -1,11 +1,18 @@
-"""PostgreSQL's hot path: a run's writes sent through psycopg in pipeline mode.
+"""PostgreSQL's hot path: each of a run's writes and each decision is one function call.
 
-A pause, a step or a decision is a handful of statements. Through the ORM each costs a
-round trip and most of a millisecond of Python; here they are queued on the connection
-and sent together, and the client waits only where it needs an answer (did the lease
-hold? which calls moved?). The audit chain is extended by the server itself: after the
-advisory lock, each `INSERT ... SELECT` reads the head and hashes `prev_hash || content`
-with `sha256`, which is the same hash `event_hash` computes, so no round trip waits on it.
+Through the ORM every statement costs a round trip and most of a millisecond of Python,
+and a claim, a step or a decision is five to ten statements. Here each is one call, in
+autocommit mode, to a PL/pgSQL function from migration 0004 that makes the same guarded
+updates, inserts, audit appends and wake-ups as the SQLAlchemy path does on SQLite:
+
+- `approvals_claim` leases a ready run and returns what the worker needs to continue;
+- `approvals_run_write` applies a `RunWrite` (mark executing, a step, a pause, the end),
+  sent as one JSON document;
+- `approvals_decide` records a verdict under the rules of `decisions._check_decidable`.
+
+The server extends the audit chain: after the advisory lock it reads the head and hashes
+`prev_hash || content`, where `approvals_event_content` builds the same canonical JSON as
+`event_content`, so `verify_audit_chain` checks events from either path.
 
 Connections come from the SQLAlchemy engine's pool, so there is one pool and one URL.
 """
@@ -13,161 +20,48 @@ Connections come from the SQLAlchemy engine's pool, so there is one pool and one
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Jsonb
-from sqlalchemy import JSON
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import greenlet_spawn
 
-from ._writes import (
-    DECIDED_CALL_STATUSES,
-    HELD_RUN_COLUMNS,
-    OPEN_CALL_STATUSES,
-    ExecutedCall,
-    HeldRun,
-    WriteTransaction,
-    lease_lost,
-    load_history_rows,
-    message_rows,
-    tool_definition_row,
-    utcnow,
-)
-from .audit import AUDIT_LOCK_KEY, GENESIS_HASH, AuditEvent, event_content, event_fields
+from .._canonical import canonical_json
+from ..exceptions import Conflict, NotFound
+from ..messages import MESSAGE_FORMAT_VERSION, dump_message
+from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, load_history_rows, tool_definition_row, utcnow
 from .db import json_text
-from .models import Base, ToolCallRow
+from .models import ToolCallRow
 
 if TYPE_CHECKING:
     from ..messages import ModelRequest, ModelResponse
-    from ..tools import ToolDefinition
     from .db import Database
 
-__all__ = ("ClaimedRow", "PgTransaction", "StaleLease", "pg_transaction")
-
-JSON_COLUMNS = frozenset(
-    column.name for table in Base.metadata.tables.values() for column in table.columns if isinstance(column.type, JSON)
-)
-"""Columns stored as JSONB: their values are sent as JSON, `None` included (as JSON `null`, like SQLAlchemy does)."""
-
-_AUDIT_INSERT = """
-INSERT INTO audit_events
-    (at, actor, action, subject_type, subject_id, run_id, agent_name, tool_name, details, prev_hash, hash)
-SELECT %(at)s, %(actor)s, %(action)s, %(subject_type)s, %(subject_id)s, %(run_id)s, %(agent_name)s,
-       %(tool_name)s, %(details)s, head.hash, encode(sha256(convert_to(head.hash || %(content)s, 'UTF8')), 'hex')
-FROM (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), %(genesis)s) AS hash) AS head
-"""
-"""Chains one event to the head: run after the advisory lock, each statement sees the head as it is then."""
-
-
-_READY = """
-WITH moved AS (
-    UPDATE runs SET status = 'ready', updated_at = %(at)s
-    WHERE id = %(run_id)s AND status = 'awaiting_approval'
-      AND NOT EXISTS (SELECT 1 FROM tool_calls WHERE run_id = %(run_id)s AND status = ANY(%(open)s))
-    RETURNING id
-), event AS (
-    INSERT INTO audit_events
-        (at, actor, action, subject_type, subject_id, run_id, agent_name, tool_name, details, prev_hash, hash)
-    SELECT %(at)s, %(actor)s, %(action)s, %(subject_type)s, %(subject_id)s, %(run_id)s, %(agent_name)s,
-           %(tool_name)s, %(details)s, head.hash,
-           encode(sha256(convert_to(head.hash || %(content)s, 'UTF8')), 'hex')
-    FROM moved, (SELECT coalesce((SELECT hash FROM audit_events ORDER BY id DESC LIMIT 1), %(genesis)s) AS hash) AS head
-)
-SELECT pg_notify('approvals_ready', id), pg_notify('approvals_runs', id) FROM moved
-"""
-"""A paused run with no open call left becomes ready; only then, its audit event and wake-ups. It runs
-after the audit lock (the chain's head is current) and while the decision holds the run's row."""
+__all__ = ("ClaimedRow", "Refused", "StaleLease", "pg_claim", "pg_decide", "pg_run_write")
 
 
 def jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=json_text)
 
 
-_ROWS_PER_INSERT = 500
-
-
-@cache
-def _insert_sql(table: str, columns: tuple[str, ...], rows: int, on_conflict: bool = False) -> str:
-    row = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * len(columns)))
-    statement = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(
-        sql.Identifier(table),
-        sql.SQL(", ").join(map(sql.Identifier, columns)),
-        sql.SQL(", ").join([row] * rows),
-    )
-    if on_conflict:
-        statement += sql.SQL(" ON CONFLICT DO NOTHING")
-    return statement.as_string()
-
-
-@cache
-def _hold_sql(columns: tuple[str, ...]) -> str:
-    assignments = sql.SQL("").join(sql.SQL(", {} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c in columns)
-    return (
-        sql.SQL(
-            "UPDATE runs SET message_count = message_count + %(grow)s, updated_at = %(now)s{} "
-            "WHERE id = %(run_id)s AND status = 'resuming' AND lease_owner = %(worker_id)s "
-            "RETURNING agent_name, message_count"
-        )
-        .format(assignments)
-        .as_string()
-    )
-
-
-@cache
-def _finish_sql(lock: bool, notifications: int) -> str:
-    """One statement for the audit lock and the wake-ups, as each costs the client a statement's work."""
-    calls = [sql.SQL("pg_advisory_xact_lock(%s)")] if lock else []
-    calls += [sql.SQL("pg_notify(%s, %s)")] * notifications
-    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(calls)).as_string()
-
-
-@cache
-def _update_call_sql(columns: tuple[str, ...]) -> str:
-    assignments = sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c in columns)
-    return sql.SQL("UPDATE tool_calls SET {} WHERE id = %(call_id)s").format(assignments).as_string()
-
-
-_CALL_COLUMNS = tuple(column.name for column in ToolCallRow.__table__.columns)
-_LOCK_CALL = (
-    sql.SQL(
-        "SELECT {}, runs.started_by FROM tool_calls JOIN runs ON runs.id = tool_calls.run_id "
-        "WHERE tool_calls.id = %s FOR UPDATE OF tool_calls"
-    )
-    .format(sql.SQL(", ").join(sql.Identifier("tool_calls", c) for c in _CALL_COLUMNS))
-    .as_string()
-)
-
-
-@dataclass(frozen=True)
-class StoredRunState:
-    """Reads sent in a pipeline: their rows arrive with the commit and stay with their cursors."""
-
-    messages: psycopg.AsyncCursor[tuple[Any, ...]]
-    calls: psycopg.AsyncCursor[tuple[Any, ...]]
-
-    async def fetch(self) -> tuple[list[ModelRequest | ModelResponse], dict[str, ToolCallRow]]:
-        """The history and the decided calls by tool call id (no I/O: the rows are already here)."""
-        history = load_history_rows(await self.messages.fetchall())
-        calls = [_call_row(row) for row in await self.calls.fetchall()]
-        return history, {call.tool_call_id: call for call in calls}
-
-
 @dataclass(frozen=True)
 class ClaimedRow:
-    """The run `claim_next` leased."""
+    """The run `pg_claim` leased, with its stored history and the verdicts it has yet to act on."""
 
     id: str
     agent_name: str
     prompt: str | None
     deps: Any
     message_count: int
+    history: list[ModelRequest | ModelResponse]
+    decided_calls: dict[str, DecidedCall]
+    executing: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -177,273 +71,203 @@ class StaleLease:
     id: str
 
 
-@cache
-def _claim_sql(by_id: bool, by_agent: bool) -> str:
-    filters = sql.SQL("").join(
-        [
-            sql.SQL(" AND id = %(run_id)s") if by_id else sql.SQL(""),
-            sql.SQL(" AND agent_name = ANY(%(agents)s)") if by_agent else sql.SQL(""),
-        ]
-    )
-    return (
-        sql.SQL(
-            """
-            WITH stale AS (
-                SELECT id FROM runs WHERE status = 'resuming' AND lease_expires_at < %(now)s{filters}
-                ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED
-            ), ready AS (
-                SELECT id FROM runs WHERE status = 'ready' AND NOT EXISTS (SELECT 1 FROM stale){filters}
-                ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED
-            ), claimed AS (
-                UPDATE runs SET status = 'resuming', lease_owner = %(worker_id)s, lease_expires_at = %(lease)s,
-                    updated_at = %(now)s
-                FROM ready WHERE runs.id = ready.id
-                RETURNING runs.id, runs.agent_name, runs.prompt, runs.deps, runs.message_count
-            )
-            SELECT 'stale', id, NULL, NULL, NULL, NULL FROM stale
-            UNION ALL
-            SELECT 'claimed', id, agent_name, prompt, deps, message_count FROM claimed
-            """
-        )
-        .format(filters=filters)
-        .as_string()
-    )
-
-
-_DECIDED_CALLS = (
-    sql.SQL("SELECT {} FROM tool_calls WHERE run_id = %s AND status = ANY(%s)")
-    .format(sql.SQL(", ").join(map(sql.Identifier, _CALL_COLUMNS)))
-    .as_string()
-)
-
-
-def _call_row(values: Sequence[Any]) -> ToolCallRow:
-    return ToolCallRow(**dict(zip(_CALL_COLUMNS, values, strict=True)))
-
-
-def _adapt(row: dict[str, Any], *, none_as_null: bool = False) -> dict[str, Any]:
-    """JSON columns' values as JSONB; with `none_as_null`, None stays SQL NULL (as the ORM leaves an unset value)."""
-    return {k: jsonb(v) if k in JSON_COLUMNS and not (none_as_null and v is None) else v for k, v in row.items()}
-
-
-class PgTransaction(WriteTransaction):
-    """One transaction on a psycopg connection in pipeline mode; `pg_transaction` opens and commits it."""
-
-    def __init__(self, connection: psycopg.AsyncConnection[Any], stored_tool_versions: set[str]) -> None:
-        super().__init__()
-        self.connection = connection
-        self.cursor = connection.cursor()
-        self._stored_tool_versions = stored_tool_versions
-        self.new_tool_versions: set[str] = set()
-        """Tool definitions this transaction stores; known to be stored once it commits."""
-        self._ready_checks: list[AuditEvent] = []
-
-    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
-        """Queue a statement; its errors surface at the next answer the client waits for."""
-        await self.cursor.execute(sql, params)
-
-    async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[Any, ...] | None:
-        """Run a statement and wait for its first row."""
-        cursor = await self.connection.execute(sql, params)
-        return await cursor.fetchone()
-
-    async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run a statement and wait for all its rows."""
-        cursor = await self.connection.execute(sql, params)
-        return await cursor.fetchall()
-
-    async def insert(self, table: str, rows: list[dict[str, Any]], *, on_conflict: bool = False) -> None:
-        """Queue inserts of rows that share their columns, as few multi-row statements."""
-        columns = tuple(rows[0]) if rows else ()
-        for start in range(0, len(rows), _ROWS_PER_INSERT):
-            chunk = rows[start : start + _ROWS_PER_INSERT]
-            params = [value for row in chunk for value in _adapt({c: row[c] for c in columns}).values()]
-            await self.execute(_insert_sql(table, columns, len(chunk), on_conflict), params)
-
-    async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
-        unknown = set(values) - HELD_RUN_COLUMNS
-        if unknown:
-            raise ValueError(f"a held run's write cannot set {sorted(unknown)}")
-        params = {"grow": grow, "now": utcnow(), "run_id": run_id, "worker_id": worker_id, **_adapt(values)}
-        row = await self.fetchone(_hold_sql(tuple(values)), params)
-        if row is None:
-            status = await self.fetchone("SELECT status FROM runs WHERE id = %s", (run_id,))
-            raise lease_lost(run_id, worker_id, status[0] if status else None)
-        agent_name, message_count = row
-        return HeldRun(id=run_id, agent_name=agent_name, next_seq=message_count - grow, worker_id=worker_id)
-
-    async def append_messages(self, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> None:
-        await self.insert("messages", message_rows(run, messages))
-
-    async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
-        if definition.version not in self._stored_tool_versions:  # a version's definition never changes
-            await self.insert("tool_definitions", [tool_definition_row(definition)], on_conflict=True)
-            self.new_tool_versions.add(definition.version)
-        return definition.version
-
-    async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
-        await self.insert("tool_calls", rows)
-
-    async def start_executing(self, run_id: str, tool_call_ids: Sequence[str]) -> list[ExecutedCall]:
-        rows = await self.fetchall(
-            """
-            WITH moved AS (
-                UPDATE tool_calls SET status = 'executing', updated_at = %(now)s
-                WHERE run_id = %(run_id)s AND tool_call_id = ANY(%(ids)s) AND status = 'approved'
-                RETURNING id, tool_call_id, tool_name, args_digest, override_digest
-            ), consumed AS (
-                UPDATE decisions SET consumed_at = %(now)s
-                WHERE call_id IN (SELECT id FROM moved) AND consumed_at IS NULL
-            )
-            SELECT id, tool_call_id, tool_name, args_digest, override_digest FROM moved
-            """,
-            {"now": utcnow(), "run_id": run_id, "ids": list(tool_call_ids)},
-        )
-        return [ExecutedCall(*row) for row in rows]
-
-    async def executing_call_ids(self, run_id: str) -> list[str]:
-        rows = await self.fetchall(
-            "SELECT tool_call_id FROM tool_calls WHERE run_id = %s AND status = 'executing'", (run_id,)
-        )
-        return [row[0] for row in rows]
-
-    async def settle_executing(self, run_id: str, outcomes: dict[str, tuple[str, Any]]) -> list[ExecutedCall]:
-        settled = []
-        now = utcnow()
-        for tool_call_id, (status, result) in outcomes.items():
-            row = await self.fetchone(
-                """
-                UPDATE tool_calls SET status = %s, result = %s, updated_at = %s
-                WHERE run_id = %s AND tool_call_id = %s AND status = 'executing'
-                RETURNING id, tool_call_id, tool_name, args_digest, override_digest
-                """,
-                (status, None if result is None else jsonb(result), now, run_id, tool_call_id),
-            )
-            if row is not None:
-                settled.append(ExecutedCall(*row))
-        return settled
-
-    async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
-        # the run first, then the call: the order every writer takes them in, so none waits for another in a cycle
-        await self.execute(
-            "SELECT 1 FROM runs WHERE id = (SELECT run_id FROM tool_calls WHERE id = %s) FOR UPDATE", (call_id,)
-        )
-        row = await self.fetchone(_LOCK_CALL, (call_id,))
-        if row is None:
-            return None
-        *values, started_by = row
-        return _call_row(values), started_by
-
-    async def add_decision(self, row: dict[str, Any]) -> None:
-        await self.insert("decisions", [row])
-
-    async def count_approvals(self, call_id: str, args_digest: str) -> int:
-        row = await self.fetchone(
-            "SELECT count(DISTINCT actor) FROM decisions WHERE call_id = %s AND verdict IN ('approve', 'edit') "
-            "AND args_digest = %s AND consumed_at IS NULL",
-            (call_id, args_digest),
-        )
-        return int(row[0]) if row else 0
-
-    async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
-        for column, value in changes.items():
-            setattr(call, column, value)
-        await self.execute(_update_call_sql(tuple(changes)), {**_adapt(changes, none_as_null=True), "call_id": call.id})
-
-    async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
-        # queued for the end: under the audit lock, the update and, only if it happened, its event and wake-ups
-        self._ready_checks.append(
-            AuditEvent("system", "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
-        )
-
-    async def claim_next(
-        self, worker_id: str, lease_expires_at: dt.datetime, run_id: str | None, agent_names: Sequence[str] | None
-    ) -> ClaimedRow | StaleLease | None:
-        """Lease the oldest ready run in one statement, unless a run whose worker died waits first.
-
-        A run with an expired lease is only reported (and left locked until this transaction
-        ends): settling what its dead worker left behind takes the careful path.
-        """
-        now = utcnow()
-        params = {"now": now, "worker_id": worker_id, "lease": lease_expires_at, "run_id": run_id}
-        if agent_names is not None:
-            params["agents"] = list(agent_names)
-        row = await self.fetchone(_claim_sql(run_id is not None, agent_names is not None), params)
-        if row is None:
-            return None
-        kind, claimed_id, agent_name, prompt, deps, message_count = row
-        if kind == "stale":
-            return StaleLease(claimed_id)
-        return ClaimedRow(claimed_id, agent_name, prompt, deps, message_count)
-
-    async def read_run_state(self, run_id: str) -> StoredRunState:
-        """Queue reads of the run's messages and decided calls; fetch them once the transaction ended."""
-        messages = self.connection.cursor()
-        await messages.execute("SELECT data, format_version FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
-        calls = self.connection.cursor()
-        await calls.execute(_DECIDED_CALLS, (run_id, list(DECIDED_CALL_STATUSES)))
-        return StoredRunState(messages, calls)
-
-    async def _finish(self) -> None:
-        """Queue the wake-ups, the audit events and COMMIT behind the operation's statements."""
-        announcements = list(dict.fromkeys(self.announcements))
-        lock = bool(self.events or self._ready_checks)
-        if lock or announcements:
-            params: list[Any] = [AUDIT_LOCK_KEY] if lock else []
-            params += [value for pair in announcements for value in pair]
-            await self.execute(_finish_sql(lock, len(announcements)), params)
-        if self.events:
-            await self.cursor.executemany(_AUDIT_INSERT, [_audit_params(event) for event in self.events])
-        for event in self._ready_checks:
-            await self.execute(_READY, {**_audit_params(event), "open": list(OPEN_CALL_STATUSES)})
-        await self.execute("COMMIT")
-
-
-def _audit_params(event: AuditEvent) -> dict[str, Any]:
-    fields = event_fields(event)
-    return {**fields, "details": jsonb(fields["details"]), "content": event_content(event), "genesis": GENESIS_HASH}
+_LEASE_LOST = "AP001"
+"""SQLSTATE `approvals_run_write` raises when the worker does not hold the run; DETAIL is its status."""
+_NOT_APPROVED = "AP002"
+"""SQLSTATE `approvals_run_write` raises when a call to execute is not approved."""
 
 
 @asynccontextmanager
-async def pg_transaction(db: Database, stored_tool_versions: set[str]) -> AsyncIterator[PgTransaction]:
-    """A pipelined transaction on a pooled connection: committed when the block ends, rolled back on error.
+async def _autocommit(db: Database) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A pooled connection in autocommit mode: each statement (a function call) is its own transaction.
 
-    `stored_tool_versions` are the tool definitions known to be in this database already.
-
-    Cancellation waits until the transaction is over: a pipeline abandoned halfway leaves
-    the connection mid-protocol, and the next user of it would read another query's results.
+    Errors our functions raise on purpose (SQLSTATE class AP) come out as they are; other
+    driver errors as SQLAlchemy's, as on the ORM path. Cancellation waits for the statement.
     """
-    # straight from the engine's pool: the hot path needs the driver's connection, not SQLAlchemy's wrapper
     pooled = await greenlet_spawn(db.engine.sync_engine.pool.connect)
     try:
         with anyio.CancelScope(shield=True):
             connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
             try:
-                async with connection.pipeline():
-                    tx = PgTransaction(connection, stored_tool_versions)
-                    yield tx
-                    await tx._finish()
-                stored_tool_versions.update(tx.new_tool_versions)
+                await connection.set_autocommit(True)
+                yield connection
+                await connection.set_autocommit(False)
             except BaseException as exc:
-                if not await _rolled_back(connection):
-                    # a connection in an unknown state never goes back to the pool
-                    await greenlet_spawn(pooled.invalidate)
-                if not isinstance(exc, psycopg.Error):
-                    raise
                 if connection.broken:  # the server went away: its other pooled connections are gone too
+                    await greenlet_spawn(pooled.invalidate)
                     await db.engine.dispose()
-                # the same exceptions SQLAlchemy raises on the other path: IntegrityError, OperationalError, ...
+                elif not await _back_to_transactions(connection):
+                    await greenlet_spawn(pooled.invalidate)
+                if not isinstance(exc, psycopg.Error) or (exc.sqlstate or "").startswith("AP"):
+                    raise
                 raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
     finally:
         with anyio.CancelScope(shield=True):
             await greenlet_spawn(pooled.close)  # back to the pool
 
 
-async def _rolled_back(connection: psycopg.AsyncConnection[Any]) -> bool:
-    with anyio.move_on_after(10):
-        try:
-            await connection.rollback()
-        except Exception:
+async def _back_to_transactions(connection: psycopg.AsyncConnection[Any]) -> bool:
+    """Leave autocommit, as the pool hands connections out; False when the connection is in no state to."""
+    try:
+        if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return False
-        return True
-    return False
+        await connection.set_autocommit(False)
+    except psycopg.Error:
+        return False
+    return True
+
+
+async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[str]) -> None:
+    """Apply a worker's write in one statement (`approvals_run_write`, migration 0004).
+
+    `stored_tool_versions` are the tool definitions known to be in this database already: a
+    version's definition never changes, so they are not sent again.
+    """
+    document = jsonb(_run_write_document(write, stored_tool_versions))
+    try:
+        async with _autocommit(db) as connection:
+            await connection.execute("SELECT approvals_run_write(%s)", (document,))
+    except psycopg.Error as exc:
+        if exc.sqlstate == _LEASE_LOST:
+            raise lease_lost(write.run_id, write.worker_id, exc.diag.message_detail or None) from None
+        if exc.sqlstate == _NOT_APPROVED:
+            raise Conflict(exc.diag.message_primary or "Not every call to execute is approved") from None
+        raise
+    stored_tool_versions.update(definition.version for definition in write.tool_definitions)
+
+
+def _run_write_document(write: RunWrite, stored_tool_versions: set[str]) -> dict[str, Any]:
+    """The write as the JSON document `approvals_run_write` reads; audit details go with their canonical text."""
+    document: dict[str, Any] = {
+        "run_id": write.run_id,
+        "worker_id": write.worker_id,
+        "now": write.now.isoformat(),
+        "format_version": MESSAGE_FORMAT_VERSION,
+    }
+    if write.changes:
+        document["set"] = {k: _json_time(v) for k, v in write.changes.items()}
+    if write.messages:
+        document["messages"] = [{"kind": m.kind, "data": dump_message(m)} for m in write.messages]
+    definitions = [d for d in write.tool_definitions if d.version not in stored_tool_versions]
+    if definitions:
+        document["tool_definitions"] = [tool_definition_row(d, write.now) | {"created_at": None} for d in definitions]
+    if write.calls:
+        document["calls"] = [{k: _json_time(v) for k, v in call.items()} for call in write.calls]
+    if write.start_executing is not None:
+        document["start_executing"] = list(write.start_executing)
+    if write.results:
+        document["settle"] = [
+            {"tool_call_id": tool_call_id, "status": status, "result": result, "result_text": canonical_json(result)}
+            for tool_call_id, (status, result) in write.results.items()
+        ]
+    if write.released:
+        document["released"] = {
+            "tool_call_ids": list(write.released),
+            "details": RELEASED_DETAILS,
+            "details_text": canonical_json(RELEASED_DETAILS),
+        }
+    if write.interrupted is not None:
+        error = write.interrupted.error
+        document["interrupted"] = {
+            "failed_tool_call_id": write.interrupted.failed_tool_call_id,
+            "error": error,
+            "error_text": canonical_json(error),
+        }
+    if write.events:
+        document["events"] = [
+            {
+                "action": event.action,
+                "subject_type": event.subject_type,
+                "subject_id": event.subject_id,
+                "tool_name": event.tool_name,
+                "details": event.details,
+                "details_text": None if event.details is None else canonical_json(event.details),
+            }
+            for event in write.events
+        ]
+    if write.announcements:
+        document["announce"] = [list(pair) for pair in dict.fromkeys(write.announcements)]
+    return document
+
+
+def _json_time(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+async def pg_claim(
+    db: Database,
+    worker_id: str,
+    lease_expires_at: dt.datetime,
+    run_id: str | None,
+    agent_names: Sequence[str] | None,
+    *,
+    recover: bool,
+) -> ClaimedRow | StaleLease | None:
+    """Lease the oldest ready run in one statement (`approvals_claim`), which also returns what it needs to continue.
+
+    A run whose worker's lease expired is only reported: settling what its dead worker left
+    behind takes the careful path. With `recover` it comes before ready runs; without, it is
+    looked for only when no run is ready (the look scans every lease).
+    """
+    now = utcnow()
+    document: dict[str, Any] = {
+        "worker_id": worker_id,
+        "now": now.isoformat(),
+        "lease_expires_at": lease_expires_at.isoformat(),
+        "run_id": run_id,
+        "recover": recover,
+    }
+    if agent_names is not None:
+        document["agents"] = list(agent_names)
+    async with _autocommit(db) as connection:
+        cursor = await connection.execute("SELECT * FROM approvals_claim(%s)", (jsonb(document),))
+        row = await cursor.fetchone()
+    if row is None:
+        return None
+    kind, claimed_id, agent_name, prompt, deps, message_count, history, versions, decided, executing = row
+    if kind == "stale":
+        return StaleLease(claimed_id)
+    return ClaimedRow(
+        claimed_id,
+        agent_name,
+        prompt,
+        deps,
+        message_count,
+        history=load_history_rows(zip(history or (), versions or (), strict=True)),
+        decided_calls={call["tool_call_id"]: DecidedCall(**call) for call in decided or ()},
+        executing=frozenset(executing or ()),
+    )
+
+
+_NO_CALL = "AP404"
+"""SQLSTATE `approvals_decide` raises for a call that does not exist."""
+_REFUSED = "AP409"
+"""SQLSTATE `approvals_decide` raises when the call cannot take the verdict; DETAIL is the call's state."""
+
+
+class Refused(Exception):
+    """`approvals_decide` refused the verdict: the call as it stands, for the caller to say why."""
+
+    def __init__(self, call: ToolCallRow, started_by: str | None) -> None:
+        self.call = call
+        self.started_by = started_by
+        super().__init__(f"call {call.id!r} cannot take this verdict")
+
+
+async def pg_decide(db: Database, document: dict[str, Any]) -> ToolCallRow:
+    """Record one verdict in one statement (`approvals_decide`, migration 0004); returns the call afterwards."""
+    try:
+        async with _autocommit(db) as connection:
+            cursor = await connection.execute("SELECT * FROM approvals_decide(%s)", (jsonb(document),))
+            row = await cursor.fetchone()
+            columns = [column.name for column in cursor.description or ()]
+    except psycopg.Error as exc:
+        if exc.sqlstate == _NO_CALL:
+            raise NotFound(f"No call {document['call_id']!r}") from None
+        if exc.sqlstate == _REFUSED:
+            state = json.loads(exc.diag.message_detail or "{}")
+            started_by = state.pop("started_by", None)
+            raise Refused(ToolCallRow(id=document["call_id"], **state), started_by) from None
+        raise
+    assert row is not None  # the function returns the call or raises
+    return ToolCallRow(**dict(zip(columns, row, strict=True)))

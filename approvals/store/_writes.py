@@ -1,24 +1,24 @@
-"""The writes of a run's hot path, written once for both backends.
+"""The writes of a run's hot path, described once for both backends.
 
-`pause`, `append_step`, `finish` and `mark_executing` are written against `WriteTransaction`:
-`Transaction` runs it through SQLAlchemy (SQLite, and the rare writes on PostgreSQL),
-`PgTransaction` pipelines it on a raw psycopg connection (PostgreSQL's hot path).
+A worker's write to a run it holds (mark calls executing, append a step, pause, finish) is
+a `RunWrite`: plain data saying what changes. `Transaction.apply` carries it out through
+SQLAlchemy (SQLite); on PostgreSQL it is one call to the `approvals_run_write` function
+(migration 0004). What only the database knows (which calls actually moved, the run's
+agent) is filled in there, and both produce the same audit events in the same order.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from abc import ABC, abstractmethod
+import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..deferred import DeferredToolCall
 from ..exceptions import LeaseLost, NotFound
 from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message, load_message
 from ..tools import ToolDefinition
-from .audit import AuditEvent
-from .models import ToolCallRow
-from .notify import READY_CHANNEL, RUNS_CHANNEL
 
 
 def utcnow() -> dt.datetime:
@@ -47,6 +47,22 @@ class ExecutedCall:
     override_digest: str | None
 
 
+@dataclass(frozen=True)
+class DecidedCall:
+    """A call people decided, as much of it as the run needs to act on the verdict."""
+
+    id: str
+    tool_call_id: str
+    status: str
+    """approved, denied, expired or answered."""
+    args_digest: str
+    override_args: Any = None
+    denial_reason: str | None = None
+    answer: Any = None
+
+
+RELEASED_DETAILS = {"reason": "the run stopped before the call ran; it runs when the run is retried"}
+"""What the audit log says of a released call."""
 SYSTEM_ACTOR_ID = "system"
 """Who acts when nobody asked: expiry, crash recovery, a run becoming ready."""
 OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
@@ -57,87 +73,74 @@ HELD_RUN_COLUMNS = frozenset({"status", "output", "error", "lease_owner", "lease
 """The run columns a worker's guarded write may set."""
 
 
-class WriteTransaction(ABC):
-    """One store operation's writes, as the run lifecycle needs them, on either backend.
+@dataclass(frozen=True)
+class RunEvent:
+    """An audit event of a run write; the worker is its actor, and the run and its agent are filled in."""
 
-    The operations are written once against these methods; `Transaction` runs them through
-    SQLAlchemy (SQLite), `PgTransaction` sends them to PostgreSQL in one pipeline.
+    action: str
+    subject_type: str
+    subject_id: str
+    tool_name: str | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The run failed while calls were executing: the one that failed it, and why."""
+
+    failed_tool_call_id: str | None
+    error: str
+
+
+@dataclass(kw_only=True)
+class RunWrite:
+    """One write by the worker holding a run, as data; each backend applies it in one transaction.
+
+    Its audit events come out in this order: calls started, calls settled with their results,
+    calls released, calls interrupted, then `events`.
     """
 
-    def __init__(self) -> None:
-        self.announcements: list[tuple[str, str]] = []
-        self.events: list[AuditEvent] = []
+    run_id: str
+    worker_id: str
+    messages: Sequence[ModelRequest | ModelResponse] = ()
+    """Appended after the run's last stored message."""
+    changes: dict[str, Any] = field(default_factory=dict)
+    """Run columns to set (`HELD_RUN_COLUMNS`)."""
+    start_executing: Sequence[str] | None = None
+    """Approved calls (tool call ids) that are about to run: every one must be approved."""
+    results: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """Executed calls' outcomes by tool call id: `("succeeded" | "failed", result)`; calls not executing are left."""
+    released: Sequence[str] = ()
+    """Calls marked executing that never ran (the run failed first): approved again, approvals standing."""
+    interrupted: Interrupted | None = None
+    tool_definitions: list[ToolDefinition] = field(default_factory=list)
+    """Definitions the new calls need stored."""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """New pending calls (`pending_call`), waiting for people."""
+    events: list[RunEvent] = field(default_factory=list)
+    announcements: list[tuple[str, str]] = field(default_factory=list)
+    now: dt.datetime = field(default_factory=lambda: utcnow())
 
-    async def announce(self, channel: str, payload: str) -> None:
-        """Wake listeners on `channel` once this transaction commits."""
-        self.announcements.append((channel, payload))
+    def __post_init__(self) -> None:
+        unknown = set(self.changes) - HELD_RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"a held run's write cannot set {sorted(unknown)}")
 
-    async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
-        """Record an event; it is chained and written when the transaction ends."""
-        self.events.append(
-            AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields)
-        )
 
-    @abstractmethod
-    async def hold(self, run_id: str, worker_id: str, *, grow: int = 0, **values: Any) -> HeldRun:
-        """Guarded update of a run this worker leases: `LeaseLost` unless it still holds it.
-
-        Reserves `grow` message sequence numbers and sets `values` (`HELD_RUN_COLUMNS`), in one statement.
-        """
-
-    @abstractmethod
-    async def append_messages(self, run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> None:
-        """Append rows after the last one: a step writes only its own messages."""
-
-    @abstractmethod
-    async def ensure_tool_definition(self, definition: ToolDefinition) -> str:
-        """Store a definition once per version; return the version."""
-
-    @abstractmethod
-    async def insert_calls(self, rows: list[dict[str, Any]]) -> None:
-        """Insert pending tool calls (rows from `pending_call_row`)."""
-
-    @abstractmethod
-    async def start_executing(self, run_id: str, tool_call_ids: Sequence[str]) -> list[ExecutedCall]:
-        """Move these approved calls to `executing` and consume their approvals; returns the calls moved."""
-
-    @abstractmethod
-    async def executing_call_ids(self, run_id: str) -> list[str]:
-        """Tool call ids of the run's calls in `executing`."""
-
-    @abstractmethod
-    async def settle_executing(self, run_id: str, outcomes: dict[str, tuple[str, Any]]) -> list[ExecutedCall]:
-        """Executing calls get their final status and result, by tool call id; returns the calls settled."""
-
-    @abstractmethod
-    async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
-        """The call, locked until commit, and who started its run; None when there is no such call."""
-
-    @abstractmethod
-    async def add_decision(self, row: dict[str, Any]) -> None:
-        """Record one reviewer's verdict (a `decisions` row)."""
-
-    @abstractmethod
-    async def count_approvals(self, call_id: str, args_digest: str) -> int:
-        """Distinct reviewers whose unconsumed approvals of these arguments stand."""
-
-    @abstractmethod
-    async def update_call(self, call: ToolCallRow, **changes: Any) -> None:
-        """Set columns of a call from `lock_call`, on the object and in the database."""
-
-    @abstractmethod
-    async def ready_if_decided(self, run_id: str, agent_name: str) -> None:
-        """A paused run whose calls are all decided becomes ready, audited and announced, when this commits.
-
-        The caller holds the run's row (`lock_call` takes it first), so decisions on one run's
-        calls are serialized: two reviewers settling its last two calls at once, the second
-        sees the first's verdict.
-        """
-
-    async def _became_ready(self, run_id: str, agent_name: str) -> None:
-        await self.audit(SYSTEM_ACTOR_ID, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
-        await self.announce(READY_CHANNEL, run_id)
-        await self.announce(RUNS_CHANNEL, run_id)
+def pending_call(request: DeferredToolCall, now: dt.datetime) -> dict[str, Any]:
+    """A new pending call's own columns; the write adds its run, agent, status and times."""
+    return {
+        "id": uuid.uuid4().hex,
+        "tool_call_id": request.tool_call_id,
+        "tool_name": request.tool_name,
+        "tool_version": request.tool_def.version,
+        "args": request.args,
+        "args_digest": request.args_digest,
+        "reason": request.reason,
+        "approvals_required": request.approvals_required,
+        "idempotent": request.idempotent,
+        "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
+    }
 
 
 def load_history_rows(rows: Iterable[tuple[Any, int]]) -> list[ModelRequest | ModelResponse]:
@@ -145,9 +148,10 @@ def load_history_rows(rows: Iterable[tuple[Any, int]]) -> list[ModelRequest | Mo
     return [load_message(data, format_version=version) for data, version in rows]
 
 
-def message_rows(run: HeldRun, messages: Sequence[ModelRequest | ModelResponse]) -> list[dict[str, Any]]:
+def message_rows(
+    run: HeldRun, messages: Sequence[ModelRequest | ModelResponse], now: dt.datetime
+) -> list[dict[str, Any]]:
     """Message rows numbered after the run's last stored message."""
-    now = utcnow()
     return [
         {
             "run_id": run.id,
@@ -161,7 +165,7 @@ def message_rows(run: HeldRun, messages: Sequence[ModelRequest | ModelResponse])
     ]
 
 
-def tool_definition_row(definition: ToolDefinition) -> dict[str, Any]:
+def tool_definition_row(definition: ToolDefinition, now: dt.datetime) -> dict[str, Any]:
     """A tool definition as stored: the parts the model saw, keyed by version."""
     return {
         "version": definition.version,
@@ -174,7 +178,7 @@ def tool_definition_row(definition: ToolDefinition) -> dict[str, Any]:
             "sequential": definition.sequential,
             "metadata": definition.metadata,
         },
-        "created_at": utcnow(),
+        "created_at": now,
     }
 
 

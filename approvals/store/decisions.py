@@ -15,10 +15,11 @@ from typing import Any, TypeAlias
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from .._canonical import digest
+from .._canonical import canonical_json, digest
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ._base import SYSTEM, Actor, StoreBase
-from ._writes import OPEN_CALL_STATUSES, WriteTransaction, utcnow
+from ._base import SYSTEM, Actor, StoreBase, Transaction
+from ._pg import Refused, pg_decide
+from ._writes import OPEN_CALL_STATUSES, utcnow
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
 
@@ -91,6 +92,26 @@ def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict
         raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
 
 
+def _decision_document(call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> dict[str, Any]:
+    """A verdict as `approvals_decide` reads it; audit details go with their canonical text."""
+    document: dict[str, Any] = {"call_id": call_id, "actor": actor.id, "now": now.isoformat()}
+    if isinstance(verdict, Deny):
+        return {**document, "verdict": "deny", "reason": verdict.reason}
+    if isinstance(verdict, Answer):
+        answer = verdict.content
+        return {**document, "verdict": "answer", "answer": answer, "answer_text": canonical_json(answer)}
+    if isinstance(verdict, EditAndApprove):
+        return {
+            **document,
+            "verdict": "edit",
+            "seen_digest": verdict.args_digest,
+            "edited_args": verdict.args,
+            "edited_digest": digest(verdict.args),
+            "edited_text": canonical_json(verdict.args),
+        }
+    return {**document, "verdict": "approve", "seen_digest": verdict.args_digest}
+
+
 class DecisionOps(StoreBase):
     """Decisions and expiry."""
 
@@ -101,7 +122,9 @@ class DecisionOps(StoreBase):
         if isinstance(verdict, Deny) and not verdict.reason.strip():
             raise UserError("A denial needs a reason: the model reads it")  # refused before any write
         try:
-            async with self.write_transaction() as tx:
+            if self.db.is_postgres:
+                return await self._decide_in_one_statement(call_id, verdict, actor)
+            async with self.transaction() as tx:
                 found = await tx.lock_call(call_id)
                 if found is None:
                     raise NotFound(f"No call {call_id!r}")
@@ -112,7 +135,15 @@ class DecisionOps(StoreBase):
         except IntegrityError:
             raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
 
-    async def _apply(self, tx: WriteTransaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
+    async def _decide_in_one_statement(self, call_id: str, verdict: Verdict, actor: Actor) -> ToolCallRow:
+        """PostgreSQL: `approvals_decide` applies the same rules and writes as `_apply`, in one round trip."""
+        try:
+            return await pg_decide(self.db, _decision_document(call_id, verdict, actor, utcnow()))
+        except Refused as refused:
+            _check_decidable(refused.call, refused.started_by, verdict, actor)  # says why, in our words
+            raise Conflict(f"Call {call_id!r} cannot take this verdict now", status=refused.call.status) from None
+
+    async def _apply(self, tx: Transaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
         now = utcnow()
         context = {"run_id": call.run_id, "agent_name": call.agent_name, "tool_name": call.tool_name}
         decision = {"call_id": call.id, "actor": actor.id, "created_at": now}

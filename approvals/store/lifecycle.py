@@ -8,6 +8,7 @@ lease cannot overwrite the work of the one that took over.
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -15,18 +16,21 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 
-from ..deferred import DeferredToolCall, DeferredToolRequests
+from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
 from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
 from ._base import SYSTEM, Actor, StoreBase, Transaction
-from ._pg import ClaimedRow, pg_transaction
+from ._pg import ClaimedRow, pg_claim
 from ._writes import (
     DECIDED_CALL_STATUSES,
     OPEN_CALL_STATUSES,
-    ExecutedCall,
+    DecidedCall,
     HeldRun,
-    WriteTransaction,
+    Interrupted,
+    RunEvent,
+    RunWrite,
     load_history_rows,
+    pending_call,
     utcnow,
 )
 from .models import MessageRow, RunRow, ToolCallRow
@@ -34,6 +38,8 @@ from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 ModelMessage = ModelRequest | ModelResponse
 FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+STALE_LEASE_CHECK_SECONDS = 1.0
+"""How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 
 
 def _lease_end(seconds: float) -> dt.datetime:
@@ -52,15 +58,21 @@ class ClaimedRun:
     lease_expires_at: dt.datetime
     history: list[ModelMessage] = field(default_factory=list)
     """The stored messages, read in the claiming transaction."""
-    decided_calls: dict[str, ToolCallRow] = field(default_factory=dict)
+    decided_calls: dict[str, DecidedCall] = field(default_factory=dict)
     """Calls people decided whose verdict the run has not yet acted on, by tool call id."""
+    executing: frozenset[str] = frozenset()
+    """The approved calls among them (tool call ids): the claim committed them as executing, as they run next.
+
+    A call the run then does not start (it fails first) must be released (`finish(released=...)`).
+    """
 
 
 def _claimed(
     run: RunRow | ClaimedRow,
     lease_expires_at: dt.datetime,
     history: list[ModelMessage],
-    decided: dict[str, ToolCallRow],
+    decided: dict[str, DecidedCall],
+    executing: frozenset[str],
 ) -> ClaimedRun:
     return ClaimedRun(
         run_id=run.id,
@@ -71,6 +83,7 @@ def _claimed(
         lease_expires_at=lease_expires_at,
         history=history,
         decided_calls=decided,
+        executing=executing,
     )
 
 
@@ -126,23 +139,22 @@ class RunLifecycle(StoreBase):
     async def _claim_pipelined(
         self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None
     ) -> ClaimedRun | None:
-        """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`."""
+        """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`.
+
+        Runs whose worker's lease expired are looked for first at most once a
+        `STALE_LEASE_CHECK_SECONDS`, and whenever no run is ready: the look scans every lease.
+        """
         for _ in range(10):
             lease_end = _lease_end(lease_seconds)
-            async with pg_transaction(self.db, self._stored_tool_versions) as tx:
-                found = await tx.claim_next(worker_id, lease_end, run_id, agent_names)
-                if found is None:
-                    return None
-                if isinstance(found, ClaimedRow):
-                    await tx.audit(
-                        worker_id, "run.resumed", "run", found.id, run_id=found.id, agent_name=found.agent_name
-                    )
-                    await tx.announce(RUNS_CHANNEL, found.id)
-                    # read with the commit, in the same round trip; the rows are decoded once it is done
-                    stored = await tx.read_run_state(found.id) if found.message_count else None
+            checked = time.monotonic()
+            recover = checked - self._stale_leases_checked_at >= STALE_LEASE_CHECK_SECONDS
+            if recover:
+                self._stale_leases_checked_at = checked
+            found = await pg_claim(self.db, worker_id, lease_end, run_id, agent_names, recover=recover)
+            if found is None:
+                return None
             if isinstance(found, ClaimedRow):
-                history, decided = await stored.fetch() if stored else ([], {})
-                return _claimed(found, lease_end, history, decided)
+                return _claimed(found, lease_end, found.history, found.decided_calls, found.executing)
             recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names)
             if recovered is not None:
                 return recovered
@@ -180,7 +192,8 @@ class RunLifecycle(StoreBase):
                 run.updated_at = now
                 await tx.audit(worker_id, "run.resumed", "run", run.id, run_id=run.id, agent_name=run.agent_name)
                 await tx.announce(RUNS_CHANNEL, run.id)
-                history, decided = [], {}
+                history: list[ModelMessage] = []
+                decided: dict[str, DecidedCall] = {}
                 if run.message_count:
                     messages = await tx.session.execute(
                         select(MessageRow.data, MessageRow.format_version)
@@ -193,8 +206,23 @@ class RunLifecycle(StoreBase):
                             ToolCallRow.run_id == run.id, ToolCallRow.status.in_(DECIDED_CALL_STATUSES)
                         )
                     )
-                    decided = {call.tool_call_id: call for call in calls}
-                return _claimed(run, run.lease_expires_at, history, decided)
+                    decided = {
+                        call.tool_call_id: DecidedCall(
+                            id=call.id,
+                            tool_call_id=call.tool_call_id,
+                            status=call.status,
+                            args_digest=call.args_digest,
+                            override_args=call.override_args,
+                            denial_reason=call.denial_reason,
+                            answer=call.answer,
+                        )
+                        for call in calls
+                    }
+                approved = [c.tool_call_id for c in decided.values() if c.status == "approved"]
+                held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
+                started = await tx.start_executing(held, approved, now) if approved else []
+                executing = frozenset(call.tool_call_id for call in started)
+                return _claimed(run, run.lease_expires_at, history, decided, executing)
         return None
 
     async def _recover_crashed(self, tx: Transaction, run: RunRow) -> bool:
@@ -246,22 +274,7 @@ class RunLifecycle(StoreBase):
 
     async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
         """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
-        async with self.write_transaction() as tx:
-            run = await tx.hold(run_id, worker_id)
-            calls = await tx.start_executing(run_id, tool_call_ids)
-            if len(calls) != len(set(tool_call_ids)):
-                raise Conflict(f"Run {run_id!r}: not every call to execute is approved")
-            for call in calls:
-                await tx.audit(
-                    worker_id,
-                    "call.executing",
-                    "call",
-                    call.id,
-                    run_id=run_id,
-                    agent_name=run.agent_name,
-                    tool_name=call.tool_name,
-                    details={"args_digest": call.override_digest or call.args_digest},
-                )
+        await self.write_run(RunWrite(run_id=run_id, worker_id=worker_id, start_executing=tool_call_ids))
 
     async def append_step(
         self,
@@ -277,10 +290,15 @@ class RunLifecycle(StoreBase):
         `executing` names the calls this worker marked executing and may find results for
         here; when given, steps without such results cost no extra query.
         """
-        async with self.write_transaction() as tx:
-            run = await tx.hold(run_id, worker_id, grow=len(messages), lease_expires_at=_lease_end(lease_seconds))
-            await tx.append_messages(run, messages)
-            await self._record_call_results(tx, run, messages, executing)
+        await self.write_run(
+            RunWrite(
+                run_id=run_id,
+                worker_id=worker_id,
+                messages=messages,
+                changes={"lease_expires_at": _lease_end(lease_seconds)},
+                results=_call_results(messages, executing),
+            )
+        )
 
     async def pause(
         self,
@@ -292,44 +310,23 @@ class RunLifecycle(StoreBase):
         executing: Collection[str] | None = None,
     ) -> None:
         """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
-        async with self.write_transaction() as tx:
-            run = await tx.hold(
-                run_id,
-                worker_id,
-                grow=len(messages),
-                status="awaiting_approval",
-                lease_owner=None,
-                lease_expires_at=None,
-            )
-            await tx.append_messages(run, messages)
-            await self._record_call_results(tx, run, messages, executing)
-            now = utcnow()
-            rows: list[dict[str, Any]] = []
-            for request in requests.approvals:
-                row = _pending_call_row(run, request, await tx.ensure_tool_definition(request.tool_def), now)
-                rows.append(row)
-                await tx.audit(
-                    worker_id,
-                    "call.requested",
-                    "call",
-                    row["id"],
-                    run_id=run_id,
-                    agent_name=run.agent_name,
-                    tool_name=request.tool_name,
-                    details={"args": request.args, "args_digest": request.args_digest},
-                )
-            await tx.insert_calls(rows)
-            await tx.audit(
-                worker_id,
-                "run.paused",
-                "run",
-                run_id,
-                run_id=run_id,
-                agent_name=run.agent_name,
-                details={"waiting_for": [r.tool_call_id for r in requests.approvals]},
-            )
-            await tx.announce(PENDING_CHANNEL, run_id)
-            await tx.announce(RUNS_CHANNEL, run_id)
+        write = RunWrite(
+            run_id=run_id,
+            worker_id=worker_id,
+            messages=messages,
+            changes={"status": "awaiting_approval", "lease_owner": None, "lease_expires_at": None},
+            results=_call_results(messages, executing),
+            tool_definitions=list({r.tool_def.version: r.tool_def for r in requests.approvals}.values()),
+            announcements=[(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
+        )
+        for request in requests.approvals:
+            call = pending_call(request, write.now)
+            write.calls.append(call)
+            details = {"args": request.args, "args_digest": request.args_digest}
+            write.events.append(RunEvent("call.requested", "call", call["id"], request.tool_name, details))
+        waiting = {"waiting_for": [r.tool_call_id for r in requests.approvals]}
+        write.events.append(RunEvent("run.paused", "run", run_id, details=waiting))
+        await self.write_run(write)
 
     async def finish(
         self,
@@ -341,34 +338,41 @@ class RunLifecycle(StoreBase):
         error: str | None = None,
         failed_tool_call_id: str | None = None,
         executing: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> None:
-        """The run ended: completed with `output`, or failed with `error`."""
-        async with self.write_transaction() as tx:
-            run = await tx.hold(
-                run_id,
-                worker_id,
-                grow=len(messages),
-                status="failed" if error is not None else "completed",
-                output=output,
-                error=error,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
-            await tx.append_messages(run, messages)
-            await self._record_call_results(tx, run, messages, executing)
-            if error is not None:
-                await self._settle_interrupted_calls(tx, run, failed_tool_call_id, error)
-            action = "run.failed" if error is not None else "run.completed"
-            await tx.audit(
-                worker_id,
-                action,
-                "run",
-                run_id,
+        """The run ended: completed with `output`, or failed with `error`.
+
+        When it failed, calls marked executing that never ran (`released`) are approved
+        again, so a retry runs them; the call that failed the run ends `failed`, and any
+        other call caught mid-execution `outcome_unknown`.
+        """
+        failed = error is not None
+        await self.write_run(
+            RunWrite(
                 run_id=run_id,
-                agent_name=run.agent_name,
-                details={"error": error} if error is not None else {"output": output},
+                worker_id=worker_id,
+                messages=messages,
+                changes={
+                    "status": "failed" if failed else "completed",
+                    "output": output,
+                    "error": error,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                },
+                results=_call_results(messages, executing),
+                released=list(released),
+                interrupted=Interrupted(failed_tool_call_id, error) if error is not None else None,
+                events=[
+                    RunEvent(
+                        "run.failed" if failed else "run.completed",
+                        "run",
+                        run_id,
+                        details={"error": error} if error is not None else {"output": output},
+                    )
+                ],
+                announcements=[(RUNS_CHANNEL, run_id)],
             )
-            await tx.announce(RUNS_CHANNEL, run_id)
+        )
 
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
@@ -423,67 +427,17 @@ class RunLifecycle(StoreBase):
             await tx.audit(actor.id, "run.retried", "run", run_id, run_id=run_id, agent_name=run.agent_name)
             await tx.announce(READY_CHANNEL, run_id)
 
-    async def _record_call_results(
-        self, tx: WriteTransaction, run: HeldRun, messages: Sequence[ModelMessage], executing: Collection[str] | None
-    ) -> None:
-        """Executed approved calls: succeeded with their result, or failed with the retry message."""
-        outcomes: dict[str, tuple[str, Any]] = {}
-        for message in messages:
-            if isinstance(message, ModelRequest):
-                for part in message.parts:
-                    if isinstance(part, ToolReturnPart) and part.source == "tool":
-                        outcomes[part.tool_call_id] = ("succeeded", part.content)
-                    elif isinstance(part, RetryPromptPart) and part.tool_call_id:
-                        outcomes[part.tool_call_id] = ("failed", part.content)
-        if executing is not None:
-            outcomes = {k: v for k, v in outcomes.items() if k in executing}
-        for call in await tx.settle_executing(run.id, outcomes):
-            status, result = outcomes[call.tool_call_id]
-            await _audit_settled(tx, run, call, status, {"result": result})
 
-    async def _settle_interrupted_calls(
-        self, tx: WriteTransaction, run: HeldRun, failed_tool_call_id: str | None, error: str
-    ) -> None:
-        """The run failed: the call that failed it is `failed`, others caught mid-execution `outcome_unknown`."""
-        outcomes: dict[str, tuple[str, Any]] = {
-            tool_call_id: ("failed", error) if tool_call_id == failed_tool_call_id else ("outcome_unknown", None)
-            for tool_call_id in await tx.executing_call_ids(run.id)
-        }
-        for call in await tx.settle_executing(run.id, outcomes):
-            await _audit_settled(tx, run, call, outcomes[call.tool_call_id][0], {"error": error})
-
-
-def _pending_call_row(run: HeldRun, request: DeferredToolCall, tool_version: str, now: dt.datetime) -> dict[str, Any]:
-    """A call waiting for people, as stored."""
-    return {
-        "id": uuid.uuid4().hex,
-        "run_id": run.id,
-        "tool_call_id": request.tool_call_id,
-        "agent_name": run.agent_name,
-        "tool_name": request.tool_name,
-        "tool_version": tool_version,
-        "args": request.args,
-        "args_digest": request.args_digest,
-        "status": "pending",
-        "reason": request.reason,
-        "approvals_required": request.approvals_required,
-        "idempotent": request.idempotent,
-        "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-async def _audit_settled(
-    tx: WriteTransaction, run: HeldRun, call: ExecutedCall, status: str, details: dict[str, Any]
-) -> None:
-    await tx.audit(
-        run.worker_id,
-        f"call.{status}",
-        "call",
-        call.id,
-        run_id=run.id,
-        agent_name=run.agent_name,
-        tool_name=call.tool_name,
-        details=details,
-    )
+def _call_results(messages: Sequence[ModelMessage], executing: Collection[str] | None) -> dict[str, tuple[str, Any]]:
+    """Executed approved calls' outcomes in a step: succeeded with their result, or failed with the retry message."""
+    outcomes: dict[str, tuple[str, Any]] = {}
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart) and part.source == "tool":
+                    outcomes[part.tool_call_id] = ("succeeded", part.content)
+                elif isinstance(part, RetryPromptPart) and part.tool_call_id:
+                    outcomes[part.tool_call_id] = ("failed", part.content)
+    if executing is not None:
+        outcomes = {k: v for k, v in outcomes.items() if k in executing}
+    return outcomes

@@ -104,7 +104,9 @@ def test_keyboard_approval_in_the_inbox_and_the_run_page_updates_itself(server: 
     page.keyboard.press("j")
     expect(row).to_be_focused()
     page.keyboard.press("a")
-    expect(row).to_contain_text("approved")
+    # The row shows the call as it is once the verdict is stored; a quick worker may already
+    # have claimed the run and marked the call executing (or run it) by then.
+    expect(row.locator(".badge").last).to_have_text(re.compile(r"^(approved|executing|succeeded)$"))
     expect(row).to_contain_text("by alice")
     page.goto(f"{server.url}/runs/{run_id}")
     expect(page.locator("#run h1 .badge")).to_have_text("completed", timeout=20_000)

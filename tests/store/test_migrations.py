@@ -54,12 +54,33 @@ def table_names(url: str) -> set[str]:
         engine.dispose()
 
 
+def function_names(url: str) -> set[str]:
+    """Our PostgreSQL functions (migration 0004); SQLite has none."""
+    if not url.startswith("postgresql"):
+        return set()
+    with psycopg.connect(url) as conn:
+        return {name for (name,) in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'approvals\\_%'")}
+
+
+HOT_PATH_FUNCTIONS = {
+    "approvals_audit_append",
+    "approvals_audit_head",
+    "approvals_claim",
+    "approvals_decide",
+    "approvals_event_content",
+    "approvals_run_write",
+    "approvals_stale_lease",
+}
+
+
 def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) is None
     upgrade(empty_db_url)
     assert current_revision(empty_db_url) == head_revision()
     assert table_names(empty_db_url) == set(Base.metadata.tables)
     assert differences(empty_db_url) == []
+    on_postgres = empty_db_url.startswith("postgresql")
+    assert function_names(empty_db_url) == (HOT_PATH_FUNCTIONS if on_postgres else set())
 
 
 def test_a_migrated_sqlite_file_is_already_in_wal_mode(tmp_path: Path) -> None:
@@ -76,6 +97,7 @@ def test_downgrade_base_removes_everything(empty_db_url: str) -> None:
     upgrade(empty_db_url)
     downgrade(empty_db_url, "base")
     assert table_names(empty_db_url) == set()
+    assert function_names(empty_db_url) == set()
     assert current_revision(empty_db_url) is None
     upgrade(empty_db_url)  # and back up again
     assert differences(empty_db_url) == []

@@ -1,0 +1,165 @@
+"""A worker's writes, the same on both backends: what a claim commits, releasing calls that never ran, and
+the PostgreSQL functions' audit content matching Python's byte for byte."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from approvals import Conflict
+from approvals._canonical import canonical_json
+from approvals.resumer import AgentRegistry, Resumer
+from approvals.store import Actor, Approve, Deny, Store
+from approvals.store.audit import AuditEvent, event_content
+
+from .agents import email_agent, shop_agent
+from .conftest import BACKENDS
+
+pytestmark = pytest.mark.anyio
+
+SERVICE = Actor("svc", "reviewer")
+ALICE = Actor("alice", "reviewer")
+ADMIN = Actor("ada", "admin")
+
+
+def tool_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def decided_shop_run(store: Store, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A shop run paused on a refund (approved by Alice) and a deletion (denied)."""
+    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, AgentRegistry([shop_agent])).resume(run_id)
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="Keep the customer."), actor=ALICE)
+    return run_id, {name: call.id for name, call in calls.items()}
+
+
+async def test_a_claim_commits_the_approved_calls_as_executing(store: Store, tmp_path: Path) -> None:
+    run_id, ids = await decided_shop_run(store, tmp_path)
+    refund_call_id = (await store.get_call(ids["refund"])).tool_call_id
+
+    claimed = await store.claim("w1", run_id=run_id)
+
+    assert claimed is not None
+    assert claimed.executing == {refund_call_id}
+    assert {c.status for c in claimed.decided_calls.values()} == {"approved", "denied"}  # the verdicts to act on
+    assert (await store.get_call(ids["refund"])).status == "executing"  # committed before anything runs
+    assert (await store.get_call(ids["delete_customer"])).status == "denied"
+    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    last_two = [(e.action, e.subject_id) for e in events[-2:]]
+    assert last_two == [("run.resumed", run_id), ("call.executing", ids["refund"])]
+    assert events[-1].details == {"args_digest": (await store.get_call(ids["refund"])).args_digest}
+    assert (await store.verify_audit()).ok
+
+
+async def test_a_run_that_fails_before_its_calls_run_releases_them(store: Store, tmp_path: Path) -> None:
+    def broken_factory(data: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("the payment client is down")
+
+    run_id, ids = await decided_shop_run(store, tmp_path)
+    broken = AgentRegistry()
+    broken.register(shop_agent, deps_factory=broken_factory)
+    assert await Resumer(store, broken).resume(run_id) == run_id
+
+    run = await store.get_run(run_id)
+    assert run.status == "failed" and "the payment client is down" in (run.error or "")
+    assert (await store.get_call(ids["refund"])).status == "approved"  # it never ran: not outcome_unknown
+    assert tool_log(tmp_path) == []
+    actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
+    assert actions[-4:] == ["run.resumed", "call.executing", "call.released", "run.failed"]
+
+    await store.retry_run(run_id, actor=ADMIN)  # the approval still stands: the retry runs the refund
+    assert await Resumer(store, AgentRegistry([shop_agent])).resume(run_id) == run_id
+    assert (await store.get_run(run_id)).status == "completed"
+    assert (await store.get_call(ids["refund"])).status == "succeeded"
+    assert tool_log(tmp_path) == ["refund A-1 450"]
+    assert (await store.verify_audit()).ok
+
+
+async def test_marking_a_call_that_is_not_approved_is_a_conflict(store: Store, tmp_path: Path) -> None:
+    run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, AgentRegistry([email_agent])).resume(run_id)
+    [call] = await store.run_calls(run_id)
+    await store.decide(call.id, Deny(reason="no"), actor=ALICE)
+    assert await store.claim("w1", run_id=run_id) is not None
+
+    with pytest.raises(Conflict, match="not every call to execute is approved"):
+        await store.mark_executing(run_id, "w1", [call.tool_call_id])
+    assert (await store.get_call(call.id)).status == "denied"  # the refused write changed nothing
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=30)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@pytest.mark.skipif("postgresql" not in BACKENDS, reason="the audit content builder is a PostgreSQL function")
+def test_the_servers_audit_content_is_pythons(postgres_url: str) -> None:
+    """Escapes, unicode, nulls and whole seconds: the chain's hash covers the same bytes whoever builds them."""
+    with psycopg.connect(postgres_url) as connection:
+
+        @settings(max_examples=200, deadline=None)
+        @given(
+            fields=st.fixed_dictionaries(
+                {"actor": _TEXT, "action": _TEXT, "subject_type": _TEXT, "subject_id": _TEXT},
+                optional={
+                    "run_id": _TEXT,
+                    "agent_name": _TEXT,
+                    "tool_name": _TEXT,
+                    "details": st.dictionaries(_TEXT, _JSON),
+                },
+            ),
+            microsecond=st.sampled_from([0, 1, 123456, 999999]),
+        )
+        def server_builds_the_same_content(fields: dict[str, Any], microsecond: int) -> None:
+            event = AuditEvent(at=dt.datetime(2026, 11, 23, 7, 10, 5, microsecond, tzinfo=dt.UTC), **fields)
+            details = None if event.details is None else canonical_json(event.details)
+            row = connection.execute(
+                "SELECT approvals_event_content(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    event.at.isoformat(),
+                    event.actor,
+                    event.action,
+                    event.subject_type,
+                    event.subject_id,
+                    event.run_id,
+                    event.agent_name,
+                    event.tool_name,
+                    details,
+                ),
+            ).fetchone()
+            assert row is not None and row[0] == event_content(event)
+
+        server_builds_the_same_content()
+
+
+async def test_claims_look_for_dead_workers_runs_at_most_once_a_second_while_runs_are_ready(store: Store) -> None:
+    if not store.db.is_postgres:
+        pytest.skip("SQLite's claim takes stale and ready runs in one query, oldest first")
+    dead_worker = Store(store.db)  # another process's store
+    stale = []
+    for _ in range(2):
+        run_id = await store.start_run("mailer", "mail", actor=SERVICE)
+        assert (await dead_worker.claim("dead-worker", run_id=run_id, lease_seconds=0.1)) is not None
+        stale.append(run_id)
+    ready = await store.start_run("mailer", "mail", actor=SERVICE)
+    await anyio.sleep(0.2)  # the dead worker's leases run out
+
+    first = await store.claim("w1")  # this store never looked: the oldest dead worker's run comes first
+    second = await store.claim("w1")  # it looked under a second ago: a ready run goes first
+    third = await store.claim("w1")  # nothing ready: it looks again
+    assert [c.run_id if c else None for c in (first, second, third)] == [stale[0], ready, stale[1]]
+    assert await store.claim("w1") is None

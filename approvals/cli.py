@@ -8,6 +8,7 @@ a traceback: a wrong database URL, an agent path that does not import, a port in
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,17 @@ def settings_for(config: Path | None, database_url: str | None = None, agents: l
     if agents:
         overrides["agents"] = agents
     return Settings(_env_file=config, **overrides)  # type: ignore[call-arg]
+
+
+def show_logs() -> None:
+    """Print the library's INFO lines (runs paused, completed, failed) with a timestamp, once."""
+    logger = logging.getLogger("approvals")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def fail(message: str) -> None:
@@ -145,8 +157,11 @@ def serve(
     ensure_port_free(host, port)
     migrate(settings.database_url)
     registry = load_agents(settings.agents, demo=demo)
-    if demo:
+    if demo:  # queued, not run here: the worker runs them while the app already serves
         with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=len(_demo_prompts())))
+        if not settings.worker:
+            typer.echo("demo runs are queued; start `approvals worker --demo` to run them")
+    show_logs()
     typer.echo(f"approvals: serving http://{host}:{port} (database {_safe_url(settings.database_url)})")
     uvicorn.run(create_app(settings, registry=registry), host=host, port=port, log_level="info", access_log=False)
 
@@ -168,6 +183,7 @@ def worker(
     if not registry.names:
         fail("no agents to serve: pass --agent package.module:agent (or --demo)")
     agents = ", ".join(registry.names)
+    show_logs()
     typer.echo(f"approvals worker: agents {agents}; up to {concurrency} runs at once; waiting for ready runs")
     with_store(
         settings.database_url,
@@ -367,7 +383,7 @@ def demo(
     settings = settings_for(config, database_url)
     migrate(settings.database_url)
     registry = load_agents([], demo=True)
-    with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=runs, force=True))
+    with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=runs, force=True, wait=60.0))
 
 
 def _demo_prompts() -> list[str]:
@@ -376,8 +392,13 @@ def _demo_prompts() -> list[str]:
     return DEMO_PROMPTS
 
 
-async def seed_demo(store: Store, registry: AgentRegistry, *, runs: int, force: bool = False) -> None:
-    """An admin (password from APPROVALS_ADMIN_PASSWORD or printed once) and demo runs paused for review."""
+async def seed_demo(
+    store: Store, registry: AgentRegistry, *, runs: int, force: bool = False, wait: float | None = None
+) -> None:
+    """An admin (password from APPROVALS_ADMIN_PASSWORD or printed once) and demo runs for review.
+
+    The runs are queued for a worker; with `wait`, each is also run here, up to `wait` seconds.
+    """
     import os
 
     from .service import ApprovalService
@@ -396,10 +417,20 @@ async def seed_demo(store: Store, registry: AgentRegistry, *, runs: int, force: 
         return
     service = ApprovalService(store, registry, worker_id="demo-seed")
     prompts = _demo_prompts()
+    if wait is None:
+        for index in range(runs):
+            await service.start_run("shop-assistant", prompts[index % len(prompts)], actor=SYSTEM)
+        typer.echo(f"queued {runs} demo runs of shop-assistant ({_demo_model_name(registry)})")
+        return
     with typer.progressbar(range(runs), label="starting demo runs") as progress:
         for index in progress:
             run_id = await service.start_run("shop-assistant", prompts[index % len(prompts)], actor=SYSTEM)
-            await service.resume_now(run_id, wait=60)
+            await service.resume_now(run_id, wait=wait)
+
+
+def _demo_model_name(registry: AgentRegistry) -> str:
+    model = registry.get("shop-assistant").agent.model
+    return f"model {model.model_name}" if model is not None else "no model"
 
 
 def _safe_url(url: str) -> str:

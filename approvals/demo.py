@@ -31,7 +31,7 @@ from .messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from .models import AgentInfo, FunctionModel, Model, infer_model
+from .models import AgentInfo, FunctionModel, Model, ModelSettings, infer_model
 
 __all__ = ("DEMO_PROMPTS", "demo_agent", "demo_model")
 
@@ -190,9 +190,13 @@ def _refund_needs_approval(ctx: Any, args: Any) -> bool:
     return bool(args.amount > 100)
 
 
+DEMO_MODEL_SETTINGS: ModelSettings = {"max_tokens": 512}
+"""A real model answers in a few paragraphs at most; a small local one would otherwise ramble for minutes."""
+
 demo_agent: Agent[None] = Agent(
     demo_model(),
     name="shop-assistant",
+    model_settings=DEMO_MODEL_SETTINGS,
     instructions=(
         "You are the operations assistant of a small online shop. Look things up before acting. "
         "Refunds above 100 EUR, deleting customers and emails need a person's approval; if a person "

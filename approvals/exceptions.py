@@ -152,10 +152,12 @@ class ModelAPIError(ApprovalsError):
 class ModelHTTPError(ModelAPIError):
     """The model provider answered with an HTTP error status."""
 
-    def __init__(self, model_name: str, status_code: int, body: object = None) -> None:
+    def __init__(self, model_name: str, status_code: int, body: object = None, *, hint: str | None = None) -> None:
         self.status_code = status_code
         self.body = body
-        super().__init__(model_name, f"HTTP {status_code}: {body}")
+        self.hint = hint
+        """What the adapter knows about the likely cause, e.g. a setting the server refuses."""
+        super().__init__(model_name, f"HTTP {status_code}: {body}" + (f" ({hint})" if hint else ""))
 
 
 class ModelRetry(Exception):

@@ -31,6 +31,7 @@ __all__ = (
     "RetryPromptPart",
     "SystemPromptPart",
     "TextPart",
+    "ThinkingPart",
     "ToolCallPart",
     "ToolDeniedPart",
     "ToolReturnPart",
@@ -119,6 +120,24 @@ class TextPart:
 
 
 @dataclass(kw_only=True)
+class ThinkingPart:
+    """The model's reasoning, as the provider returned it.
+
+    Kept in the history because some providers need it back: Anthropic requires the
+    thinking blocks of a turn with tool calls, unchanged and with their `signature`, when
+    the conversation continues. A redacted block has empty `content` and its encrypted
+    data in `signature`. Adapters for providers that do not take reasoning back skip it.
+    """
+
+    content: str
+    signature: str | None = None
+    redacted: bool = False
+    provider_name: str | None = None
+    """The provider that wrote it; only that provider is sent it back."""
+    part_kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(kw_only=True)
 class ToolCallPart:
     """The model asks to call a tool."""
 
@@ -151,7 +170,7 @@ ModelRequestPart: TypeAlias = Annotated[
     SystemPromptPart | UserPromptPart | ToolReturnPart | RetryPromptPart | ToolDeniedPart,
     Discriminator("part_kind"),
 ]
-ModelResponsePart: TypeAlias = Annotated[TextPart | ToolCallPart, Discriminator("part_kind")]
+ModelResponsePart: TypeAlias = Annotated[TextPart | ThinkingPart | ToolCallPart, Discriminator("part_kind")]
 
 
 @dataclass(kw_only=True)

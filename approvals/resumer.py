@@ -210,9 +210,19 @@ class Resumer:
         remaining = result.all_messages()[stored:]
         if isinstance(result.output, DeferredToolRequests):
             await self.store.pause(run_id, worker, remaining, result.output, executing=frozenset(executing))
+            names = ", ".join(call.tool_name for call in result.output.approvals)
+            logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
         else:
             output = pydantic_core.to_jsonable_python(result.output)
             await self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing))
+            if history:
+                logger.info("run %s (%s) completed", run_id, claimed.agent_name)
+            else:
+                logger.info(
+                    "run %s (%s) completed without asking anyone: the model called no tool that needs approval",
+                    run_id,
+                    claimed.agent_name,
+                )
 
     @staticmethod
     def _decisions(

@@ -23,10 +23,10 @@ import anyio.to_thread
 from typing_extensions import TypeVar
 
 from . import _json_schema
-from ._canonical import digest
+from ._canonical import digest, non_finite_path
 from ._docstrings import DocstringFormat
 from ._run_context import AgentDepsT, RunContext
-from ._schema import ArgsInvalid, ArgsSchema, JsonSchemaArgs, check_json_schema, function_schema
+from ._schema import ArgError, ArgsInvalid, ArgsSchema, JsonSchemaArgs, check_json_schema, function_schema
 from .exceptions import ToolDefinitionError, ToolRetryError
 
 __all__ = (
@@ -342,14 +342,17 @@ class Tool(Generic[AgentDepsT]):
             args = {}
         try:
             if strict_nulls:
-                return self._validate_dropping_strict_nulls(args)
-            if isinstance(args, str | bytes):
-                return self.args_schema.validate_json(args)
-            return self.args_schema.validate_python(args)
+                validated = self._validate_dropping_strict_nulls(args)
+            elif isinstance(args, str | bytes):
+                validated = self.args_schema.validate_json(args)
+            else:
+                validated = self.args_schema.validate_python(args)
+            _refuse_non_finite(self.args_schema.dump(validated))
         except ArgsInvalid as exc:
             lines = "\n".join(f"- {e.location}: {e.message}" if e.location else f"- {e.message}" for e in exc.errors)
             message = f"Tool call validation failed for tool {self.name!r}:\n{lines}\nFix the errors and try again."
             raise ToolRetryError(self.name, message, [(e.location, e.message) for e in exc.errors]) from None
+        return validated
 
     def _validate_dropping_strict_nulls(self, args: str | bytes | dict[str, Any]) -> Any:
         if isinstance(args, str | bytes):
@@ -405,6 +408,14 @@ class Tool(Generic[AgentDepsT]):
                 partial(self.function, *positional, **keyword), abandon_on_cancel=True
             )
         return result if isinstance(result, ToolReturn) else ToolReturn(return_value=result)
+
+
+def _refuse_non_finite(dumped_args: dict[str, Any]) -> None:
+    """Infinity and NaN cannot be stored, digested or shown: a validation error the model can fix."""
+    path = non_finite_path(dumped_args)
+    if path is not None:
+        location = ".".join(map(str, path))
+        raise ArgsInvalid([ArgError(location, "Input should be a finite number (not infinity or NaN)")])
 
 
 def args_digest(dumped_args: dict[str, Any]) -> str:

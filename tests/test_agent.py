@@ -462,3 +462,143 @@ async def test_before_approved_calls_runs_first_and_can_stop_execution() -> None
     )
     assert seen[-1] == ["call_0_2", "refunds=1"]
     assert len(shop.refunds) == 2
+
+
+# --- model settings -------------------------------------------------------------------------
+
+
+def test_a_misspelt_or_mistyped_setting_is_refused_at_once() -> None:
+    with pytest.raises(UserError, match=r"unknown setting 'max_tokns'.*known settings: max_tokens"):
+        Agent(TestModel(), model_settings={"max_tokns": 5})  # type: ignore[arg-type]
+    agent = Agent(TestModel())
+    with pytest.raises(UserError, match=r"temperature: Input should be a valid number"):
+        agent.run_sync("hi", model_settings={"temperature": "hot"})
+
+
+async def test_run_settings_override_the_agents_key_by_key() -> None:
+    seen: list[Any] = []
+
+    def answer(messages: Sequence[ModelRequest | ModelResponse], info: AgentInfo) -> ModelResponse:
+        seen.append(info.model_settings)
+        return ModelResponse(parts=[TextPart(content="ok")])
+
+    agent = Agent(FunctionModel(answer), model_settings={"max_tokens": 64, "temperature": 0.0, "seed": 1})
+    await agent.run("hi", model_settings={"temperature": 0.7, "extra_body": {"top_k": 5}})
+
+    assert seen == [{"max_tokens": 64, "temperature": 0.7, "seed": 1, "extra_body": {"top_k": 5}}]
+
+
+def _settings_recorder(steps: list[ModelResponse]) -> tuple[FunctionModel, list[Any]]:
+    seen: list[Any] = []
+
+    def answer(messages: Sequence[ModelRequest | ModelResponse], info: AgentInfo) -> ModelResponse:
+        seen.append((info.model_settings or {}).get("tool_choice"))
+        return steps[len(seen) - 1]
+
+    return FunctionModel(answer), seen
+
+
+async def test_a_forced_tool_choice_holds_until_a_call_is_accepted_then_resets() -> None:
+    model, seen = _settings_recorder(
+        [
+            ModelResponse(parts=[ToolCallPart(tool_name="lookup_order", args="{}", tool_call_id="c1")]),  # invalid
+            ModelResponse(parts=[ToolCallPart(tool_name="lookup_order", args={"order_id": "A"}, tool_call_id="c2")]),
+            ModelResponse(parts=[TextPart(content="done")]),
+        ]
+    )
+    agent = make_agent(model, Shop(), model_settings={"tool_choice": "lookup_order"})
+
+    result = await agent.run("Look up A", deps=Shop())
+
+    assert result.output == "done"
+    assert seen == ["lookup_order", "lookup_order", None], "a retry prompt keeps it; a result resets it"
+
+
+async def test_a_forced_tool_choice_is_dropped_after_a_pause_is_decided() -> None:
+    model, seen = _settings_recorder(
+        [
+            ModelResponse(
+                parts=[ToolCallPart(tool_name="refund", args={"order_id": "A", "amount": "500"}, tool_call_id="r1")]
+            ),
+            ModelResponse(parts=[TextPart(content="refused, sorry")]),
+        ]
+    )
+    shop = Shop()
+    agent = make_agent(model, shop, model_settings={"tool_choice": "refund"})
+    paused = await agent.run("Refund A", deps=shop)
+    assert isinstance(paused.output, DeferredToolRequests)
+
+    done = await agent.run(
+        deps=shop,
+        message_history=paused.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"r1": ToolDenied(message="no")}),
+    )
+
+    assert done.output == "refused, sorry"
+    assert seen == ["refund", None]
+
+
+async def test_reset_tool_choice_can_be_turned_off() -> None:
+    model, seen = _settings_recorder(
+        [
+            ModelResponse(parts=[ToolCallPart(tool_name="lookup_order", args={"order_id": "A"}, tool_call_id="c1")]),
+            ModelResponse(parts=[TextPart(content="done")]),
+        ]
+    )
+    agent = make_agent(model, Shop(), model_settings={"tool_choice": "required"}, reset_tool_choice=False)
+
+    await agent.run("Look up A", deps=Shop())
+
+    assert seen == ["required", "required"]
+
+
+# --- numbers JSON cannot hold ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("amount", ["5.4e4673", "-1e999", '"1e999"', '"NaN"'])
+async def test_an_infinite_or_nan_argument_goes_back_to_the_model_naming_the_field(amount: str) -> None:
+    """`5.4e4673` parses as infinity: it must be a retry prompt, never a crash and never stored."""
+
+    def refund(order_id: str, amount: float) -> str:
+        """Refund."""
+        return "refunded"
+
+    steps: list[ModelResponse] = [
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="refund", args=f'{{"order_id": "A", "amount": {amount}}}', tool_call_id="x")]
+        ),
+        ModelResponse(parts=[TextPart(content="gave up")]),
+    ]
+    prompts: list[str] = []
+
+    def answer(messages: Sequence[ModelRequest | ModelResponse], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        prompts.extend(p.content for p in last.parts if isinstance(p, RetryPromptPart))
+        return steps[len(prompts)]
+
+    agent: Agent[None] = Agent(FunctionModel(answer), retries=3)
+    agent.tool_plain(requires_approval=True)(refund)
+
+    result = await agent.run("Refund A")
+
+    assert result.output == "gave up"
+    assert len(prompts) == 1
+    assert "- amount: Input should be a finite number" in prompts[0]
+    assert result.all_messages_json()  # the history still serializes
+
+
+async def test_an_infinite_number_in_a_structured_output_is_retried() -> None:
+    class Quote(BaseModel):
+        price: float
+
+    calls = iter(['{"price": 1e999}', '{"price": 9.5}'])
+
+    def answer(messages: Sequence[ModelRequest | ModelResponse], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(tool_name="final_result", args=next(calls), tool_call_id="f")])
+
+    result = await Agent(FunctionModel(answer), output_type=Quote).run("Quote")
+
+    assert result.output == Quote(price=9.5)
+    retry = result.all_messages()[2].parts[0]
+    assert isinstance(retry, RetryPromptPart)
+    assert "price: Input should be a finite number" in retry.content

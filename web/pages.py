@@ -441,6 +441,7 @@ async def _run_page(
             "entries": views.timeline(history, calls, decisions),
             "waiting": [c for c in calls if c.status in views.OPEN_STATUSES],
             "output": views.as_text(run.output) if run.output is not None else None,
+            "asked_nobody": run.status == "completed" and not calls,
             "can_cancel": actor.can("admin") and run.status not in ("completed", "failed", "cancelled"),
             "message": message,
         },

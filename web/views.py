@@ -21,6 +21,7 @@ from approvals.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolDeniedPart,
     ToolReturnPart,
@@ -559,7 +560,7 @@ def current_approvals(call: ToolCallRow, decisions: Sequence[DecisionRow]) -> li
 
 # --- the conversation ----------------------------------------------------------------------
 
-EntryKind = Literal["system", "user", "text", "call", "result", "answered", "skipped", "denied", "retry"]
+EntryKind = Literal["system", "user", "text", "thinking", "call", "result", "answered", "skipped", "denied", "retry"]
 
 
 @dataclass
@@ -598,6 +599,9 @@ def timeline(
                 if isinstance(part, TextPart):
                     if part.content.strip():
                         entries.append(TimelineEntry(kind="text", content=part.content, at=message.timestamp))
+                elif isinstance(part, ThinkingPart):
+                    shown = "(redacted by the provider)" if part.redacted else part.content
+                    entries.append(TimelineEntry(kind="thinking", content=shown, at=message.timestamp))
                 elif isinstance(part, ToolCallPart):
                     call = by_tool_call.get(part.tool_call_id)
                     entries.append(

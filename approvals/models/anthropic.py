@@ -7,8 +7,10 @@ second request right after the first, so consecutive turns of one role are merge
 tool results first. The official async SDK does the HTTP; its errors become
 `ModelHTTPError` / `ModelAPIError`.
 
-Sampling settings (`temperature`, `top_p`) are not sent: the 2.x SDK has no such
-parameters and the API version it speaks (2026-10-21) answers 400 to them.
+Sampling settings (`temperature`, `top_p`, `seed`, penalties) are not sent: the 2.x SDK
+has no such parameters and the API version it speaks (2026-10-21) answers 400 to them.
+Thinking blocks are kept in the history and sent back unchanged, as the API requires on
+tool-use turns with extended thinking.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolDeniedPart,
     ToolReturnPart,
@@ -33,12 +36,20 @@ from ..messages import (
     UserPromptPart,
     model_facing_content,
 )
+from ._sdk import LoopBoundClients, endpoint, redact
 from .base import Model, ModelRequestParameters, ModelSettings
 
 try:
     import anthropic
     from anthropic import AsyncAnthropic, not_given, omit
-    from anthropic.types import ContentBlockParam, Message, MessageParam, ToolParam
+    from anthropic.types import (
+        ContentBlockParam,
+        Message,
+        MessageParam,
+        ThinkingConfigParam,
+        ToolChoiceParam,
+        ToolParam,
+    )
 except ImportError as _exc:  # pragma: no cover - exercised by a test that hides the SDK
     raise UserError(
         "AnthropicModel needs the Anthropic SDK: install approvals[anthropic] (pip install 'approvals[anthropic]')"
@@ -72,21 +83,29 @@ class AnthropicModel(Model):
         max_retries: int = 2,
     ) -> None:
         self._model_name = model_name
-        if client is not None:
-            if base_url is not None or api_key is not None:
-                raise UserError("AnthropicModel: pass either `client` or `base_url`/`api_key`, not both")
-            self.client = client
-            return
+        if client is not None and (base_url is not None or api_key is not None):
+            raise UserError("AnthropicModel: pass either `client` or `base_url`/`api_key`, not both")
         custom_url = base_url or os.environ.get("ANTHROPIC_BASE_URL")
         env_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
         if api_key is None and custom_url and not env_key:
             api_key = PLACEHOLDER_API_KEY
-        self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=max_retries)
-        if self.client.api_key is None and self.client.auth_token is None and self.client.credentials is None:
+        self._clients = LoopBoundClients(
+            lambda: AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=max_retries), fixed=client
+        )
+        template = self._clients.template
+        if template.api_key is None and template.auth_token is None and template.credentials is None:
             raise UserError(
                 f"No Anthropic credentials for {model_name!r}: set ANTHROPIC_API_KEY, "
                 "or pass api_key= or base_url= for a local server"
             )
+
+    @property
+    def client(self) -> AsyncAnthropic:
+        """The SDK client for the running event loop."""
+        return self._clients.current()
+
+    async def close(self) -> None:
+        await self._clients.close_current()
 
     @property
     def model_name(self) -> str:
@@ -106,27 +125,34 @@ class AnthropicModel(Model):
         settings = settings or {}
         system, turns = map_messages(messages)
         tools = [cast("ToolParam", to_anthropic_tool(t)) for t in params.all_tools]
+        client = self.client
         try:
-            message = await self.client.messages.create(
+            message = await client.messages.create(
                 model=self._model_name,
                 max_tokens=settings.get("max_tokens", DEFAULT_MAX_TOKENS),
                 messages=turns,
                 system=system if system is not None else omit,
                 tools=tools or omit,
-                tool_choice={"type": "any"} if tools and not params.allow_text_output else omit,
+                tool_choice=(_tool_choice(settings, params) or omit) if tools else omit,
                 stop_sequences=settings.get("stop_sequences", omit),
+                thinking=cast("ThinkingConfigParam", settings["anthropic_thinking"])
+                if "anthropic_thinking" in settings
+                else omit,
                 timeout=settings.get("timeout", not_given),
+                extra_headers=settings.get("extra_headers"),
+                extra_body=settings.get("extra_body"),
             )
         except anthropic.APIStatusError as exc:
-            body = exc.body
-            for secret in (self.client.api_key, self.client.auth_token):
-                body = _redact(body, secret)
+            body = redact(exc.body, (client.api_key, client.auth_token))
             error = ModelHTTPError(self._model_name, exc.status_code, body)
             raise error from (None if body != exc.body else exc)
         except anthropic.APITimeoutError as exc:
-            raise ModelAPIError(self._model_name, f"request to {_endpoint(exc)} timed out") from exc
+            raise ModelAPIError(self._model_name, f"request to {endpoint(exc.request)} timed out") from exc
         except anthropic.APIConnectionError as exc:
-            raise ModelAPIError(self._model_name, f"cannot connect to {_endpoint(exc)}") from exc
+            raise ModelAPIError(self._model_name, f"cannot connect to {endpoint(exc.request)}") from exc
+        except Exception as exc:  # the SDK's other failures (bad response, closed loop, ...) must not escape raw
+            text = redact(str(exc), (client.api_key, client.auth_token))
+            raise ModelAPIError(self._model_name, f"the request failed: {type(exc).__name__}: {text}") from None
         return self._map_response(message)
 
     def _map_response(self, message: Message) -> ModelResponse:
@@ -136,7 +162,11 @@ class AnthropicModel(Model):
                 parts.append(TextPart(content=block.text))
             elif block.type == "tool_use":
                 parts.append(ToolCallPart(tool_name=block.name, args=dict(block.input), tool_call_id=block.id))
-            # Thinking and server-tool blocks have no part of ours yet; they are dropped.
+            elif block.type == "thinking":
+                parts.append(ThinkingPart(content=block.thinking, signature=block.signature, provider_name=self.system))
+            elif block.type == "redacted_thinking":
+                parts.append(ThinkingPart(content="", signature=block.data, redacted=True, provider_name=self.system))
+            # Server-tool blocks (web search, code execution) have no part of ours yet; they are dropped.
         usage = message.usage
         input_tokens = (
             usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
@@ -208,26 +238,41 @@ def _map_response_parts(parts: Sequence[ModelResponsePart]) -> list[ContentBlock
             blocks.append(
                 {"type": "tool_use", "id": part.tool_call_id, "name": part.tool_name, "input": part.args_as_dict()}
             )
+        elif isinstance(part, ThinkingPart):
+            # Sent back unchanged: the API checks the signature, and requires the blocks on tool-use turns.
+            if part.provider_name != "anthropic" or part.signature is None:
+                continue
+            if part.redacted:
+                blocks.append({"type": "redacted_thinking", "data": part.signature})
+            else:
+                blocks.append({"type": "thinking", "thinking": part.content, "signature": part.signature})
         else:
             assert_never(part)
     return blocks
 
 
-def _redact(value: Any, secret: str | None) -> Any:
-    """`value` (a parsed error body) with every occurrence of `secret` masked."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return value.replace(secret, "***")
-    if isinstance(value, dict):
-        return {key: _redact(item, secret) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_redact(item, secret) for item in value]
-    return value
+def _tool_choice(settings: ModelSettings, params: ModelRequestParameters) -> ToolChoiceParam | None:
+    """The `tool_choice` block: the setting if given, else "any" when only a tool call can end the step.
 
-
-def _endpoint(exc: anthropic.APIConnectionError) -> str:
-    """Where the failed request went, without query string or credentials."""
-    url = exc.request.url
-    port = f":{url.port}" if url.port else ""
-    return f"{url.scheme}://{url.host}{port}{url.path}"
+    None for plain "auto", the API's default (it always shows the model its tools).
+    """
+    choice = settings.get("tool_choice")
+    if choice is None:
+        choice = "auto" if params.allow_text_output else "required"
+    tool_choice: dict[str, Any]
+    if choice == "auto":
+        tool_choice = {"type": "auto"}
+    elif choice == "none":
+        return {"type": "none"}
+    elif choice == "required":
+        tool_choice = {"type": "any"}
+    else:
+        offered = [t.name for t in params.all_tools]
+        if choice not in offered:
+            raise UserError(f"tool_choice names tool {choice!r}, which this step does not offer (offered: {offered})")
+        tool_choice = {"type": "tool", "name": choice}
+    if settings.get("parallel_tool_calls") is False:
+        tool_choice["disable_parallel_tool_use"] = True
+    elif tool_choice == {"type": "auto"}:
+        return None
+    return cast("ToolChoiceParam", tool_choice)

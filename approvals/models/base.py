@@ -6,23 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from typing_extensions import TypedDict
-
 from ..messages import ModelRequest, ModelResponse
 from ..tools import ToolDefinition
+from .settings import ModelSettings
 
 __all__ = ("Model", "ModelRequestParameters", "ModelSettings")
-
-
-class ModelSettings(TypedDict, total=False):
-    """Settings passed through to the provider; each adapter uses those its API supports."""
-
-    max_tokens: int
-    temperature: float
-    top_p: float
-    timeout: float
-    parallel_tool_calls: bool
-    stop_sequences: list[str]
 
 
 @dataclass(kw_only=True)
@@ -57,6 +45,13 @@ class Model(ABC):
     def system(self) -> str:
         """The provider, e.g. 'openai', 'anthropic', 'test'."""
         return "unknown"
+
+    async def close(self) -> None:
+        """Close the connections this model opened in the running event loop; it stays usable.
+
+        `Agent.run_sync` calls it before its event loop ends.
+        """
+        return None
 
     @abstractmethod
     async def request(

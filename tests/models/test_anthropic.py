@@ -20,11 +20,13 @@ from approvals.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolDeniedPart,
     ToolReturnPart,
     UserPromptPart,
     dump_messages,
+    load_messages,
 )
 from approvals.models import ModelRequestParameters, ModelSettings, infer_model
 from approvals.models.anthropic import DEFAULT_MAX_TOKENS, PLACEHOLDER_API_KEY, AnthropicModel
@@ -318,14 +320,63 @@ async def test_cached_input_tokens_count_as_input(server: WireServer, model: Ant
     assert response.usage.input_tokens == 1205
 
 
-async def test_thinking_blocks_are_dropped(server: WireServer, model: AnthropicModel) -> None:
+async def test_thinking_blocks_are_kept_and_sent_back_unchanged(server: WireServer, model: AnthropicModel) -> None:
+    """With extended thinking, the API requires a tool-use turn's thinking blocks back, signature and all."""
     answer = anthropic_message(tool_uses=[("toolu_T", "get_weather", {"city": "Oslo"})])
-    answer["content"].insert(0, {"type": "thinking", "thinking": "The user wants Oslo.", "signature": "EqQBCgIYAhIM"})
+    answer["content"][:0] = [
+        {"type": "thinking", "thinking": "The user wants Oslo.", "signature": "EqQBCgIYAhIM"},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+    ]
     server.queue(answer)
+    server.queue(anthropic_message(text="Sunny in Oslo."))
+    settings: ModelSettings = {"anthropic_thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048}
+    params = ModelRequestParameters(function_tools=[Tool(get_weather).tool_def])
 
-    response = await model.request(prompt(), None, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def]))
+    history = prompt()
+    response = await model.request(history, settings, params)
+    assert response.parts == [
+        ThinkingPart(content="The user wants Oslo.", signature="EqQBCgIYAhIM", provider_name="anthropic"),
+        ThinkingPart(content="", signature="EmwKAhgBEgy3va3pzix", redacted=True, provider_name="anthropic"),
+        ToolCallPart(tool_name="get_weather", args={"city": "Oslo"}, tool_call_id="toolu_T"),
+    ]
+    stored = load_messages(dump_messages([*history, response]))
+    stored.append(
+        ModelRequest(parts=[ToolReturnPart(tool_name="get_weather", content="sunny", tool_call_id="toolu_T")])
+    )
+    await model.request(stored, settings, params)
 
-    assert response.parts == [ToolCallPart(tool_name="get_weather", args={"city": "Oslo"}, tool_call_id="toolu_T")]
+    body = server.last_body
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert body["messages"][1]["content"][:2] == [
+        {"type": "thinking", "thinking": "The user wants Oslo.", "signature": "EqQBCgIYAhIM"},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+    ]
+
+
+async def test_dropping_thinking_blocks_is_refused_as_the_api_does(server: WireServer, model: AnthropicModel) -> None:
+    """The fake server holds the documented rule, so the test above can fail."""
+    history = prompt()
+    history.append(
+        ModelResponse(parts=[ToolCallPart(tool_name="get_weather", args={"city": "Oslo"}, tool_call_id="toolu_T")])
+    )
+    history.append(ModelRequest(parts=[ToolReturnPart(tool_name="get_weather", content="x", tool_call_id="toolu_T")]))
+    settings: ModelSettings = {"anthropic_thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048}
+
+    with pytest.raises(ModelHTTPError) as raised:
+        await model.request(history, settings, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def]))
+    assert raised.value.status_code == 400
+    assert "must start with a thinking block" in str(raised.value)
+
+
+async def test_thinking_from_another_provider_is_not_sent(server: WireServer, model: AnthropicModel) -> None:
+    history = prompt()
+    history.append(ModelResponse(parts=[ThinkingPart(content="hmm", provider_name="openai"), TextPart(content="Hi")]))
+    history.append(ModelRequest(parts=[UserPromptPart(content="And tomorrow?")]))
+    server.queue(anthropic_message(text="ok"))
+
+    await model.request(history, None, ModelRequestParameters())
+
+    assert server.last_body["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}
 
 
 async def test_settings_are_passed_through(server: WireServer, model: AnthropicModel) -> None:
@@ -346,7 +397,7 @@ async def test_settings_are_passed_through(server: WireServer, model: AnthropicM
     # The API version SDK 2.x speaks answers 400 to sampling parameters, so they are not sent.
     assert "temperature" not in body
     assert "top_p" not in body
-    assert "tool_choice" not in body
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
 
 
 async def test_timeout_setting_raises_model_api_error(server: WireServer, model: AnthropicModel) -> None:

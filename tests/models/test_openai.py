@@ -11,7 +11,7 @@ from typing import Any, Literal
 import openai
 import pytest
 
-from approvals import Tool, ToolDefinition, UserError
+from approvals import Agent, Tool, ToolDefinition, UserError
 from approvals.exceptions import ModelAPIError, ModelHTTPError
 from approvals.formats import openai_strict_schema
 from approvals.messages import (
@@ -147,7 +147,7 @@ async def test_tool_call_comes_back_as_tool_call_part(server: WireServer, model:
     assert weather["function"]["parameters"]["properties"]["city"]["description"] == "The city, e.g. Paris."
     assert "strict" not in weather["function"]
     assert final["function"]["name"] == "final_result"
-    assert "tool_choice" not in body
+    assert body["tool_choice"] == "auto", "some servers leave tools out of the prompt without it"
     assert "parallel_tool_calls" not in body
     assert "stream" not in body or body["stream"] is False
 
@@ -199,7 +199,8 @@ async def test_tool_results_and_denial_go_back_linked_to_their_calls(
     assert "too expensive" in denial["content"]
 
 
-async def test_assistant_turn_with_only_tool_calls_has_no_text(server: WireServer, model: OpenAIChatModel) -> None:
+async def test_assistant_turn_with_only_tool_calls_has_empty_text(server: WireServer, model: OpenAIChatModel) -> None:
+    """Servers that render chat templates (llama.cpp) fail on a missing or null content; "" works everywhere."""
     history = shop_history()
     assert isinstance(history[1], ModelResponse)
     history[1] = ModelResponse(parts=[*history[1].tool_calls])
@@ -208,7 +209,7 @@ async def test_assistant_turn_with_only_tool_calls_has_no_text(server: WireServe
     await model.request(history, None, ModelRequestParameters())
 
     assistant = server.last_body["messages"][2]
-    assert "content" not in assistant or assistant["content"] is None
+    assert assistant["content"] == ""
     assert [call["id"] for call in assistant["tool_calls"]] == ["call_A1", "call_A2"]
 
 
@@ -295,6 +296,129 @@ async def test_settings_are_passed_through(server: WireServer, model: OpenAIChat
     assert with_tools["parallel_tool_calls"] is False
     assert "parallel_tool_calls" not in without_tools, "only meaningful when tools are sent"
     assert without_tools["max_tokens"] == 256
+
+
+async def test_every_setting_reaches_the_wire(server: WireServer, model: OpenAIChatModel) -> None:
+    settings: ModelSettings = {
+        "seed": 7,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "logit_bias": {"50256": -100},
+        "tool_choice": "get_weather",
+        "extra_headers": {"X-Trace": "abc"},
+        "extra_body": {"reasoning_effort": "low"},
+    }
+    server.queue(openai_completion(content="ok"))
+
+    await model.request(prompt(), settings, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def]))
+
+    body = server.last_body
+    assert (body["seed"], body["presence_penalty"], body["frequency_penalty"]) == (7, 0.5, -0.5)
+    assert body["logit_bias"] == {"50256": -100}
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert body["reasoning_effort"] == "low"
+    assert server.requests[-1].headers["x-trace"] == "abc"
+
+
+@pytest.mark.parametrize("choice", ["none", "required", "auto"])
+async def test_tool_choice_words_are_sent_as_they_are(server: WireServer, model: OpenAIChatModel, choice: str) -> None:
+    server.queue(openai_completion(content="ok"))
+
+    await model.request(
+        prompt(), {"tool_choice": choice}, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def])
+    )
+
+    assert server.last_body["tool_choice"] == choice
+
+
+async def test_tool_choice_naming_a_tool_not_offered_is_a_clear_error(
+    server: WireServer, model: OpenAIChatModel
+) -> None:
+    with pytest.raises(UserError, match=r"tool_choice names tool 'refund', which this step does not offer"):
+        await model.request(
+            prompt(), {"tool_choice": "refund"}, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def])
+        )
+    assert server.requests == []
+
+
+async def test_max_tokens_goes_in_the_field_the_server_knows(server: WireServer) -> None:
+    for field_name in ("max_tokens", "max_completion_tokens"):
+        model = OpenAIChatModel("o4-mini", base_url=server.base_url, api_key=API_KEY, max_tokens_field=field_name)
+        server.queue(openai_completion(content="ok"))
+        await model.request(prompt(), {"max_tokens": 99}, ModelRequestParameters())
+        await model.close()
+        assert server.last_body[field_name] == 99
+        assert {"max_tokens", "max_completion_tokens"} - {field_name} - set(server.last_body) == {
+            "max_tokens",
+            "max_completion_tokens",
+        } - {field_name}
+
+
+def test_openai_itself_gets_max_completion_tokens_and_other_servers_max_tokens() -> None:
+    assert OpenAIChatModel("o4-mini", api_key=API_KEY).max_tokens_field == "max_completion_tokens"
+    assert OpenAIChatModel("x", base_url="https://api.openai.com/v1", api_key=API_KEY).max_tokens_field == (
+        "max_completion_tokens"
+    )
+    assert OpenAIChatModel("llama3.1", base_url="http://127.0.0.1:11434/v1").max_tokens_field == "max_tokens"
+
+
+async def test_a_server_refusing_required_is_asked_again_with_auto(
+    server: WireServer, model: OpenAIChatModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp's Python server answers a bare 500 to tool_choice="required" (seen with the real one too)."""
+    server.queue(openai_error("internal_server_error", ""), status=500)
+    server.queue(openai_completion(tool_calls=[("call_1", "final_result", '{"answer": "42"}')]))
+    server.queue(openai_completion(tool_calls=[("call_2", "final_result", '{"answer": "43"}')]))
+    params = ModelRequestParameters(output_tools=[FINAL_RESULT], allow_text_output=False)
+
+    first = await model.request(prompt(), None, params)
+    second = await model.request(prompt(), None, params)
+
+    assert [r.body.get("tool_choice") for r in server.requests] == ["required", "auto", "auto"]
+    assert first.tool_calls[0].args == '{"answer": "42"}'
+    assert second.tool_calls[0].args == '{"answer": "43"}'
+    assert "refused tool_choice='required'" in caplog.text
+
+
+async def test_required_asked_for_explicitly_is_not_changed_and_the_error_says_why(
+    server: WireServer, model: OpenAIChatModel
+) -> None:
+    server.queue(openai_error("internal_server_error", ""), status=500)
+
+    with pytest.raises(ModelHTTPError, match=r"may not support tool_choice='required'"):
+        await model.request(
+            prompt(), {"tool_choice": "required"}, ModelRequestParameters(function_tools=[Tool(get_weather).tool_def])
+        )
+    assert len(server.requests) == 1
+
+
+async def test_a_failure_that_is_not_about_required_is_raised_as_it_is(
+    server: WireServer, model: OpenAIChatModel
+) -> None:
+    server.queue(openai_error("internal_server_error", "overloaded"), status=500)
+    server.queue(openai_error("internal_server_error", "still overloaded"), status=500)
+    params = ModelRequestParameters(output_tools=[FINAL_RESULT], allow_text_output=False)
+
+    with pytest.raises(ModelHTTPError, match="still overloaded"):
+        await model.request(prompt(), None, params)
+    server.queue(openai_completion(content="ok"))
+    await model.request(prompt(), None, params)
+    assert server.last_body["tool_choice"] == "required", "one outage does not mark the server as refusing it"
+
+
+async def test_an_answer_that_is_not_json_is_a_model_api_error(server: WireServer, model: OpenAIChatModel) -> None:
+    server.queue(b"<html>502 Bad Gateway</html>")
+
+    with pytest.raises(ModelAPIError, match="the request failed"):
+        await model.request(prompt(), None, ModelRequestParameters())
+
+
+def test_run_sync_works_again_and_again_on_one_agent(server: WireServer) -> None:
+    """Each `run_sync` has its own event loop; the SDK client must not outlive the first."""
+    agent = Agent(OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, api_key=API_KEY, max_retries=0))
+    for n in range(3):
+        server.queue(openai_completion(content=f"answer {n}"))
+        assert agent.run_sync("Hi").output == f"answer {n}"
 
 
 async def test_no_settings_sends_no_sampling_keys(server: WireServer, model: OpenAIChatModel) -> None:

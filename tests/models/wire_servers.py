@@ -4,6 +4,16 @@ Each server runs `http.server.ThreadingHTTPServer` on 127.0.0.1 (port 0) in a ba
 thread, answers the provider's endpoint with responses queued by the test, and records
 every request it receives (path, headers, parsed JSON body). The real SDK clients talk to
 it over real HTTP, so the tests check exactly what would go over the wire.
+
+They stand in for what no local server can show (hosted providers' error bodies, rate
+limits, Anthropic). So that they do not simply agree with our adapters, every request
+body is checked against the provider's documented request format before any queued
+answer is given: the SDKs' request types (generated from each provider's API
+specification), unknown top-level fields (OpenAI: "Unrecognized request argument
+supplied"), and the documented rules across messages (a tool message answers an earlier
+assistant tool call; Anthropic: tool results right after their tool_use turn, first in
+their message, and thinking blocks kept on a tool-use turn when thinking is enabled).
+A request that breaks them gets the provider's 400 `invalid_request_error`.
 """
 
 from __future__ import annotations
@@ -19,6 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from anthropic.types import message_create_params
+from openai.types.chat import completion_create_params
+from pydantic import TypeAdapter, ValidationError
 
 __all__ = (
     "RecordedRequest",
@@ -77,7 +91,7 @@ class WireServer:
         self.base_url = f"http://{host!s}:{port}{prefix}"
 
     def queue(self, body: Any, *, status: int = 200, headers: dict[str, str] | None = None, delay: float = 0.0) -> None:
-        """Answer the next request with `body` as JSON."""
+        """Answer the next request with `body` as JSON (bytes: as they are, to send a broken body)."""
         with self._lock:
             self._responses.append(ScriptedResponse(status, body, dict(headers or {}), delay))
 
@@ -109,6 +123,10 @@ class WireServer:
                 return self._error(401, "authentication_error", "x-api-key header is required")
             if not request.headers.get("anthropic-version"):
                 return self._error(400, "invalid_request_error", "anthropic-version: header is required")
+        check = openai_request_problem if self.provider == "openai" else anthropic_request_problem
+        problem = check(request.body)
+        if problem is not None:
+            return self._error(400, "invalid_request_error", problem)
         return None
 
     def _error(self, status: int, error_type: str, message: str) -> ScriptedResponse:
@@ -141,7 +159,8 @@ def _make_handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, response: ScriptedResponse) -> None:
             if response.delay:
                 time.sleep(response.delay)
-            payload = json.dumps(response.body).encode()
+            body = response.body
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: sent as they are
             self.send_response(response.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
@@ -179,6 +198,108 @@ def anthropic_server() -> Iterator[WireServer]:
         yield server
     finally:
         server.close()
+
+
+# --- the documented request formats -----------------------------------------------------
+
+_openai_request = TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming)
+_anthropic_request = TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
+
+
+def _typed_problem(adapter: TypeAdapter[Any], body: Any) -> str | None:
+    """The first way `body` does not fit the SDK's request type (its iterables validated too)."""
+    try:
+        _consume(adapter.validate_python(body))
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    return None
+
+
+def _consume(value: Any) -> Any:
+    """Walk a validated value: pydantic validates `Iterable` fields lazily, as they are read."""
+    if isinstance(value, Iterator):
+        return [_consume(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _consume(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_consume(item) for item in value]
+    return value
+
+
+def openai_request_problem(body: Any) -> str | None:
+    """Why OpenAI would refuse this chat-completions body, or None."""
+    if not isinstance(body, dict):
+        return "We could not parse the JSON body of your request."
+    known = completion_create_params.CompletionCreateParamsNonStreaming.__annotations__
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        return f"Unrecognized request argument supplied: {', '.join(unknown)}"
+    problem = _typed_problem(_openai_request, body)
+    if problem is not None:
+        return problem
+    open_calls: set[str] = set()
+    for index, message in enumerate(body["messages"]):
+        role = message["role"]
+        if role == "assistant":
+            if message.get("content") is None and not message.get("tool_calls"):
+                return f"messages.[{index}].content: content is required unless tool_calls is specified"
+            open_calls = {call["id"] for call in message.get("tool_calls") or []}
+        elif role == "tool":
+            if message["tool_call_id"] not in open_calls:
+                return (
+                    f"Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                    f"message with 'tool_calls' (messages.[{index}].tool_call_id)"
+                )
+        else:
+            open_calls = set()
+    choice = body.get("tool_choice")
+    if choice is not None and not body.get("tools"):
+        return "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+    if body.get("parallel_tool_calls") is not None and not body.get("tools"):
+        return "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are specified."
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        return "max_tokens and max_completion_tokens cannot both be set"
+    return None
+
+
+def anthropic_request_problem(body: Any) -> str | None:
+    """Why the Messages API would refuse this body, or None."""
+    if not isinstance(body, dict):
+        return "Could not parse the JSON body of your request."
+    problem = _typed_problem(_anthropic_request, body)
+    if problem is not None:
+        return problem
+    messages = body["messages"]
+    thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+    for index, message in enumerate(messages):
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        if message["role"] != "assistant":
+            continue
+        uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
+        if not uses:
+            continue
+        if thinking and blocks[0]["type"] not in ("thinking", "redacted_thinking"):
+            return (
+                f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                f"`{blocks[0]['type']}`. When `thinking` is enabled, a final `assistant` message must start "
+                "with a thinking block."
+            )
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if following is None:
+            continue
+        answered = following["content"] if isinstance(following["content"], list) else []
+        results = [b.get("tool_use_id") for b in answered if b["type"] == "tool_result"]
+        if set(uses) - set(results):
+            return (
+                f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
+                f"after: {', '.join(sorted(set(uses) - set(results)))}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        kinds = [b["type"] for b in answered]
+        if kinds[: len(results)] != ["tool_result"] * len(results):
+            return f"messages.{index + 1}: tool_result blocks must come first in the content of their message"
+    return None
 
 
 def closed_port_url(prefix: str = "") -> str:

@@ -1,0 +1,116 @@
+"""A real OpenAI-compatible model server for the tests: llama.cpp's server and Gemma 3 270M.
+
+`make llm-server` builds it into a cache outside the repository and exports where it is
+(`APPROVALS_LLM_SERVER_PYTHON`, `APPROVALS_LLM_MODEL`); `running_server()` starts it on a
+free loopback port and stops it afterwards. No test fakes this server: it is the first
+real counterpart our OpenAI adapter meets, chat template and all.
+
+The server runs with the `chatml-function-calling` chat format, llama-cpp-python's format
+for tool calls: with `tool_choice` "auto" it shows the model its tools, a named tool is
+forced by a grammar, and "required" is refused with a bare HTTP 500, as a user meets it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+__all__ = ("MODEL_ALIAS", "LocalModelServer", "running_server")
+
+MODEL_ALIAS = "gemma-3-270m"
+STARTUP_SECONDS = 120.0
+
+
+class ServerNotBuilt(RuntimeError):
+    """The server or its model is missing: `make llm-server` builds them."""
+
+
+@dataclass(frozen=True)
+class LocalModelServer:
+    base_url: str
+    """Ends in /v1, as OpenAI's does."""
+    model: str
+    log: Path
+
+
+def _configured_paths() -> tuple[Path, Path]:
+    python = os.environ.get("APPROVALS_LLM_SERVER_PYTHON")
+    model = os.environ.get("APPROVALS_LLM_MODEL")
+    if not python or not model or not Path(python).exists() or not Path(model).exists():
+        raise ServerNotBuilt(
+            "The local model server is not built, or APPROVALS_LLM_SERVER_PYTHON / APPROVALS_LLM_MODEL do not "
+            "point at it: run the tests with `make test`, or `make llm-server` first and export what it prints "
+            f"(now: APPROVALS_LLM_SERVER_PYTHON={python!r}, APPROVALS_LLM_MODEL={model!r})"
+        )
+    return Path(python), Path(model)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_server(log_dir: Path) -> Iterator[LocalModelServer]:
+    """Start llama.cpp's server on a free loopback port; stop it when the block ends."""
+    python, model = _configured_paths()
+    port = _free_port()
+    log = log_dir / "llama-server.log"
+    command = [
+        str(python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--n_threads",
+        "2",
+        "--chat_format",
+        "chatml-function-calling",
+        "--verbose",
+        "False",
+    ]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_until_serving(process, base_url, log)
+        yield LocalModelServer(base_url=base_url, model=MODEL_ALIAS, log=log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_serving(process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the model server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the model server did not answer within {STARTUP_SECONDS:.0f} s:\n{log.read_text()[-3000:]}")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import openai
 import pytest
 
-from approvals import Agent, Tool, ToolDefinition, UserError
+from approvals import Tool, ToolDefinition, UserError
 from approvals.exceptions import ModelAPIError, ModelHTTPError
 from approvals.formats import openai_strict_schema
 from approvals.messages import (
@@ -411,14 +411,6 @@ async def test_an_answer_that_is_not_json_is_a_model_api_error(server: WireServe
 
     with pytest.raises(ModelAPIError, match="the request failed"):
         await model.request(prompt(), None, ModelRequestParameters())
-
-
-def test_run_sync_works_again_and_again_on_one_agent(server: WireServer) -> None:
-    """Each `run_sync` has its own event loop; the SDK client must not outlive the first."""
-    agent = Agent(OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, api_key=API_KEY, max_retries=0))
-    for n in range(3):
-        server.queue(openai_completion(content=f"answer {n}"))
-        assert agent.run_sync("Hi").output == f"answer {n}"
 
 
 async def test_no_settings_sends_no_sampling_keys(server: WireServer, model: OpenAIChatModel) -> None:

@@ -12,11 +12,23 @@ import pytest
 from pydantic import BaseModel
 
 from approvals import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
-from approvals.messages import ModelResponse, ToolDeniedPart, ToolReturnPart, load_messages
+from approvals.messages import (
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    ToolCallPart,
+    ToolDeniedPart,
+    ToolReturnPart,
+    UserPromptPart,
+    load_messages,
+)
+from approvals.models import ModelRequestParameters, ModelSettings
 from approvals.models.openai import OpenAIChatModel
 
 from ..llm_server import MODEL_ALIAS, LocalModelServer
 from .agents import REFUNDS, make_refund_agent
+
+PROMPT = "Please refund order A-1, 25 euros."
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +38,7 @@ def no_refunds_yet() -> None:
 
 @pytest.mark.parametrize("verdict", ["approve", "deny", "edit"])
 def test_pause_store_and_resume_in_a_fresh_agent(llm_server: LocalModelServer, verdict: str) -> None:
-    paused = make_refund_agent(llm_server.base_url).run_sync("Please refund order A-1, 25 euros.")
+    paused = make_refund_agent(llm_server.base_url).run_sync(PROMPT)
 
     assert isinstance(paused.output, DeferredToolRequests)
     [request] = paused.output.approvals
@@ -103,3 +115,41 @@ def test_structured_output_when_the_server_refuses_required(
 
     assert "refused tool_choice='required'" in caplog.text
     assert isinstance(result.output, RefundRequest)
+
+
+def shop_history(final: str = "Refunded 25.0 EUR on order 1.") -> list[ModelRequest | ModelResponse]:
+    return [
+        ModelRequest(parts=[SystemPromptPart(content="You are a shop assistant."), UserPromptPart(content=PROMPT)]),
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="refund", args={"order_id": "1", "amount": 25.0}, tool_call_id="c")]
+        ),
+        ModelRequest(parts=[ToolReturnPart(tool_name="refund", content=final, tool_call_id="c")]),
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_turn_of_only_tool_calls_passes_the_servers_chat_template(llm_server: LocalModelServer) -> None:
+    """The template reads `content` of every message: a missing one was an HTTP 500 on every resume."""
+    model = OpenAIChatModel(MODEL_ALIAS, base_url=llm_server.base_url, max_retries=0)
+    try:
+        response = await model.request(shop_history(), {"max_tokens": 16, "temperature": 0.0}, ModelRequestParameters())
+    finally:
+        await model.close()
+
+    assert response.model_name == MODEL_ALIAS and response.finish_reason in ("stop", "length")
+
+
+@pytest.mark.anyio
+async def test_offered_tools_reach_the_models_prompt(llm_server: LocalModelServer) -> None:
+    """This server keeps tools out of the prompt unless `tool_choice` is sent: we send "auto"."""
+    model = OpenAIChatModel(MODEL_ALIAS, base_url=llm_server.base_url, max_retries=0)
+    prompt = [ModelRequest(parts=[SystemPromptPart(content="Use the refund tool."), UserPromptPart(content=PROMPT)])]
+    settings: ModelSettings = {"max_tokens": 8, "temperature": 0.0, "seed": 7}
+    tools = [make_refund_agent(llm_server.base_url).tools["refund"].tool_def]
+    try:
+        bare = await model.request(prompt, settings, ModelRequestParameters())
+        offered = await model.request(prompt, settings, ModelRequestParameters(function_tools=tools))
+    finally:
+        await model.close()
+
+    assert offered.usage.input_tokens > bare.usage.input_tokens + 100, (bare.usage, offered.usage)

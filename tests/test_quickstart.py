@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,15 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .processes import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "quickstart-password-1"
 STARTUP_SECONDS = 600  # a fresh clone installs its virtual environment first
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

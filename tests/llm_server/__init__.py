@@ -13,15 +13,13 @@ forced by a grammar, and "required" is refused with a bare HTTP 500, as a user m
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from ..processes import free_port, stop, wait_until_answering
 
 __all__ = ("MODEL_ALIAS", "LocalModelServer", "running_server")
 
@@ -53,18 +51,11 @@ def _configured_paths() -> tuple[Path, Path]:
     return Path(python), Path(model)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def running_server(log_dir: Path) -> Iterator[LocalModelServer]:
     """Start llama.cpp's server on a free loopback port; stop it when the block ends."""
     python, model = _configured_paths()
-    port = _free_port()
+    port = free_port()
     log = log_dir / "llama-server.log"
     command = [
         str(python),
@@ -91,26 +82,7 @@ def running_server(log_dir: Path) -> Iterator[LocalModelServer]:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        _wait_until_serving(process, base_url, log)
+        wait_until_answering(process, f"{base_url}/models", log, seconds=STARTUP_SECONDS)
         yield LocalModelServer(base_url=base_url, model=MODEL_ALIAS, log=log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until_serving(process: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the model server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the model server did not answer within {STARTUP_SECONDS:.0f} s:\n{log.read_text()[-3000:]}")
+        stop(process, grace=10)

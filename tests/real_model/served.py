@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from ..processes import free_port, stop, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 APPROVALS = Path(sys.executable).parent / "approvals"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -52,25 +44,10 @@ def served(args: list[str], env: dict[str, str], log: Path, *, startup: float = 
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + startup
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"approvals serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base_url}/login", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"approvals serve did not answer:\n{log.read_text()[-3000:]}"
-            time.sleep(0.2)
+        wait_until_answering(process, f"{base_url}/login", log, seconds=startup)
         yield Served(base_url=base_url, log=log, process=process)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, grace=60)
 
 
 def wait_for(check: Callable[[], Any], what: str, *, seconds: float = 180.0) -> Any:

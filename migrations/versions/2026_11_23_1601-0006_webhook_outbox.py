@@ -1,0 +1,21 @@
+"""The webhook outbox: a delivery cursor per endpoint, held by one deliverer at a time (issue 13).
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-23 16:01:00
+"""
+
+from collections.abc import Sequence
+
+revision: str = "0006"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass

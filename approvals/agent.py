@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 from typing_extensions import TypeVar
 
 from ._canonical import non_finite_path
+from ._model_output import storable_response, tool_call_ids
 from ._run_context import RunContext
 from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
 from .deferred import DeferredToolCall, DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved
@@ -361,6 +362,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         delivered: int,
     ) -> OutputT | DeferredToolRequests:
         output_failures = 0
+        used_ids = tool_call_ids(messages)
         while True:
             if on_step is not None and len(messages) > delivered:
                 await on_step(messages[delivered:])
@@ -374,6 +376,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
                 allow_text_output=self._output is None,
             )
             response = await model.request(messages, self._step_settings(settings, messages), params)
+            response = storable_response(response, used_ids)
             response.run_id = ctx.run_id
             usage.incr(response.usage)
             if not response.usage.requests:

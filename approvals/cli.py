@@ -20,7 +20,13 @@ import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .exceptions import ApprovalsError
-from .resumer import DEFAULT_WORKER_CONCURRENCY, AgentRegistry, run_worker
+from .resumer import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_WORKER_CONCURRENCY,
+    AgentRegistry,
+    run_worker,
+)
 from .security import new_password
 from .store import SYSTEM, Database, Store
 from .store.migrate import current_revision, head_revision, upgrade
@@ -170,7 +176,15 @@ def serve(
 def worker(
     database_url: DatabaseOption = None,
     agent: AgentOption = None,
-    lease_seconds: Annotated[float, typer.Option(help="Seconds a claimed run stays leased between renewals.")] = 60.0,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1, help="Seconds a claimed run stays leased between renewals; a dead worker's run waits this long."
+        ),
+    ] = DEFAULT_LEASE_SECONDS,
+    poll_interval: Annotated[
+        float, typer.Option(min=0.1, help="Longest wait between looks for ready runs when no wake-up comes.")
+    ] = DEFAULT_POLL_INTERVAL,
     concurrency: Annotated[
         int, typer.Option(min=1, help="Runs continued at once (each mostly waits for its model).")
     ] = DEFAULT_WORKER_CONCURRENCY,
@@ -188,7 +202,12 @@ def worker(
     with_store(
         settings.database_url,
         lambda store: run_worker(
-            store, registry, concurrency=concurrency, lease_seconds=lease_seconds, handle_signals=True
+            store,
+            registry,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            poll_interval=poll_interval,
+            handle_signals=True,
         ),
     )
 

@@ -14,12 +14,14 @@ worker can continue any stored run.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import inspect
 import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -28,18 +30,54 @@ from typing import Any
 import anyio
 import pydantic_core
 
+from ._outage import Outage
 from .agent import Agent, pending_tool_calls
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .messages import ModelRequest, ModelResponse
 from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
+from .store.errors import describe, is_transient
+from .store.models import RunRow
 
-__all__ = ("DEFAULT_WORKER_CONCURRENCY", "AgentRegistry", "RegisteredAgent", "Resumer", "run_worker")
+__all__ = (
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_WORKER_CONCURRENCY",
+    "AgentRegistry",
+    "RegisteredAgent",
+    "Resumer",
+    "WorkerHealth",
+    "run_worker",
+)
 
 logger = logging.getLogger("approvals.resumer")
 DepsFactory = Callable[[Any], Any | Awaitable[Any]]
 DEFAULT_WORKER_CONCURRENCY = 4
 """Runs a worker process continues at once, unless told otherwise (`approvals worker --concurrency`)."""
+DEFAULT_LEASE_SECONDS = 15.0
+"""How long a claimed run stays leased between renewals (every third of it): also how long a run
+whose worker died waits before another worker takes it over."""
+DEFAULT_POLL_INTERVAL = 30.0
+"""Longest wait for a wake-up before looking for ready runs anyway (a safety net)."""
+
+
+@dataclass
+class WorkerHealth:
+    """What a worker last managed to do, for readiness checks (`/readyz`)."""
+
+    last_contact: dt.datetime | None = None
+    """The last time it reached the database (a claim, or expiring calls)."""
+    last_claim: dt.datetime | None = None
+    """The last time it claimed a run."""
+    outage: bool = False
+    """Its last attempt to reach the database failed."""
+
+    def reached_database(self, *, claimed: bool = False) -> None:
+        now = dt.datetime.now(dt.UTC)
+        self.last_contact = now
+        self.outage = False
+        if claimed:
+            self.last_claim = now
 
 
 @dataclass(frozen=True)
@@ -112,15 +150,53 @@ def decision_from_row(row: DecidedCall) -> ToolApproved | ToolDenied | ToolAnswe
     raise UserError(f"Call {row.id!r} is {row.status}, not decided")
 
 
+_Landed = Callable[[RunRow], Awaitable[bool]]
+"""Whether a write whose outcome is unknown is already in the stored run."""
+
+
+def _failure_text(error: BaseException) -> str:
+    """A run's error text: a database's own words for what it refused, or the exception."""
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(error, DBAPIError):
+        return describe(error)
+    return f"{type(error).__name__}: {error}"
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+class _Lease:
+    """Until when this worker can count on holding a run: each renewal or write moves the end."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+
+    def renewed(self) -> None:
+        self.ends = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        return self.ends - time.monotonic()
+
+
 class Resumer:
-    """Claims ready runs and continues them, one at a time."""
+    """Claims ready runs and continues them, one at a time.
+
+    Its writes outlive a database outage: a write that failed for a transient reason is
+    retried with backoff for as long as the lease lasts, after checking whether it landed
+    after all (a commit whose answer was lost). When the lease runs out first, the worker
+    lets the run go, and another worker (or this one) takes it over as from a crashed one.
+    """
 
     def __init__(
-        self, store: Store, registry: AgentRegistry, *, worker_id: str | None = None, lease_seconds: float = 60.0
+        self,
+        store: Store,
+        registry: AgentRegistry,
+        *,
+        worker_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -143,30 +219,103 @@ class Resumer:
 
     async def continue_run(self, claimed: ClaimedRun) -> None:
         """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile."""
+        lease = _Lease(self.lease_seconds)
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._keep_lease, claimed.run_id)
-                await self._continue(claimed)
+                group.start_soon(self._keep_lease, claimed.run_id, lease)
+                await self._continue(claimed, lease)
                 group.cancel_scope.cancel()
-        except LeaseLost:
-            logger.warning("lost the lease on run %s; another worker continues it", claimed.run_id)
+        except* LeaseLost as lost:
+            reason = lost.exceptions[0]
+            logger.warning("run %s: let go (%s); another worker continues it", claimed.run_id, reason)
 
-    async def _keep_lease(self, run_id: str) -> None:
+    async def _keep_lease(self, run_id: str, lease: _Lease) -> None:
+        """Renew the lease every third of it; through an outage, keep trying (writes check the lease anyway)."""
+        outage = Outage(f"renewing the lease on run {run_id}", logger)
         while True:
-            await anyio.sleep(self.lease_seconds / 3)
-            await self.store.renew_lease(run_id, self.worker_id, lease_seconds=self.lease_seconds)
+            await anyio.sleep(self.lease_seconds / 3 if not outage.ongoing else min(1.0, self.lease_seconds / 10))
+            try:
+                await self.store.renew_lease(run_id, self.worker_id, lease_seconds=self.lease_seconds)
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                outage.failed(describe(exc))
+                continue
+            lease.renewed()
+            outage.succeeded()
 
-    async def _continue(self, claimed: ClaimedRun) -> None:
+    async def _write(
+        self, what: str, run_id: str, lease: _Lease, write: Callable[[], Awaitable[None]], landed: _Landed
+    ) -> None:
+        """Carry out a write of the held run, retrying transient failures while the lease lasts.
+
+        Before a retry, the stored run says whether the failed attempt landed after all, so a
+        write is never applied twice.
+        """
+        outage = Outage(f"run {run_id}: {what}", logger)
+        attempt = True
+        while True:
+            if attempt:
+                try:
+                    await write()
+                except LeaseLost:
+                    raise
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    delay = outage.failed(describe(exc))
+                else:
+                    outage.succeeded()
+                    lease.renewed()
+                    return
+            else:
+                delay = outage.failed("could not check whether the write landed")
+            if delay > lease.left():
+                raise LeaseLost(f"the database stayed unreachable until the lease on run {run_id} ran out")
+            await anyio.sleep(delay)
+            try:
+                run = await self.store.get_run(run_id)
+                done = await landed(run)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                attempt = False  # ask again before writing again
+                continue
+            if done:
+                outage.succeeded()
+                lease.renewed()
+                return
+            if run.status != "resuming" or run.lease_owner != self.worker_id:
+                raise LeaseLost(f"run {run_id} is {run.status}, no longer held by {self.worker_id}")
+            attempt = True
+
+    async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:
         run_id, worker = claimed.run_id, self.worker_id
         history = claimed.history
         stored = len(history)
         executing: set[str] = set()  # marked executing, results not yet stored
         started: set[str] = set()  # handed to their tools
 
+        def grown_by(count: int, *statuses: str) -> _Landed:
+            expected = stored + count
+
+            async def landed(run: RunRow) -> bool:
+                return run.message_count == expected and (not statuses or run.status in statuses)
+
+            return landed
+
         async def append(step: list[ModelRequest | ModelResponse]) -> None:
             nonlocal stored
-            await self.store.append_step(
-                run_id, worker, step, lease_seconds=self.lease_seconds, executing=frozenset(executing)
+            await self._write(
+                "storing a step",
+                run_id,
+                lease,
+                lambda: self.store.append_step(
+                    run_id, worker, step, lease_seconds=self.lease_seconds, executing=frozenset(executing)
+                ),
+                grown_by(len(step), "resuming"),
             )
             stored += len(step)
             executing.clear()  # approved calls run before the step that follows them is stored
@@ -174,16 +323,34 @@ class Resumer:
         async def mark_executing(tool_call_ids: list[str]) -> None:
             fresh = [call_id for call_id in tool_call_ids if call_id not in claimed.executing]
             if fresh:  # the claim already committed the approved calls it found as executing
-                await self.store.mark_executing(run_id, worker, fresh)
+
+                async def landed(run: RunRow) -> bool:
+                    calls = {c.tool_call_id: c.status for c in await self.store.run_calls(run_id)}
+                    return all(calls.get(call_id) == "executing" for call_id in fresh)
+
+                await self._write(
+                    "marking calls executing",
+                    run_id,
+                    lease,
+                    lambda: self.store.mark_executing(run_id, worker, fresh),
+                    landed,
+                )
             started.update(tool_call_ids)
             executing.update(tool_call_ids)
 
         async def fail(error: str, failed_tool_call_id: str | None = None) -> None:
             # calls the claim marked executing that never ran go back to approved: a retry runs them
             unstarted = claimed.executing - started
-            await self.store.finish(
-                run_id, worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
+            await self._write(
+                "recording that it failed",
+                run_id,
+                lease,
+                lambda: self.store.finish(
+                    run_id, worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
+                ),
+                grown_by(0, "failed"),
             )
+            logger.info("run %s (%s) failed: %s", run_id, claimed.agent_name, error)
 
         try:
             entry = self.registry.get(claimed.agent_name)
@@ -203,26 +370,50 @@ class Resumer:
         except ApprovalsError as exc:
             await fail(str(exc), exc.tool_call_id if isinstance(exc, ToolExecutionError) else None)
             return
-        except Exception as exc:  # a bug in user code outside tools (deps factory, hooks) fails the run, not the worker
+        except Exception as exc:  # a bug in user code outside tools, or a step the database refuses
+            if is_transient(exc):
+                raise  # the lease ran out during an outage is LeaseLost; anything else: let the run go
             logger.exception("run %s failed", run_id)
-            await fail(f"{type(exc).__name__}: {exc}")
+            await fail(_failure_text(exc))
             return
         remaining = result.all_messages()[stored:]
-        if isinstance(result.output, DeferredToolRequests):
-            await self.store.pause(run_id, worker, remaining, result.output, executing=frozenset(executing))
-            names = ", ".join(call.tool_name for call in result.output.approvals)
-            logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
-        else:
-            output = pydantic_core.to_jsonable_python(result.output)
-            await self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing))
-            if history:
-                logger.info("run %s (%s) completed", run_id, claimed.agent_name)
-            else:
-                logger.info(
-                    "run %s (%s) completed without asking anyone: the model called no tool that needs approval",
+        try:
+            if isinstance(result.output, DeferredToolRequests):
+                requests = result.output
+                await self._write(
+                    "pausing it",
                     run_id,
-                    claimed.agent_name,
+                    lease,
+                    lambda: self.store.pause(run_id, worker, remaining, requests, executing=frozenset(executing)),
+                    grown_by(len(remaining), "awaiting_approval", "ready"),
                 )
+                names = ", ".join(call.tool_name for call in requests.approvals)
+                logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
+                return
+            output = pydantic_core.to_jsonable_python(result.output)
+            await self._write(
+                "recording that it completed",
+                run_id,
+                lease,
+                lambda: self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing)),
+                grown_by(len(remaining), "completed"),
+            )
+        except LeaseLost:
+            raise
+        except Exception as exc:  # the database refuses what the model said: fail the run, never retry it forever
+            if is_transient(exc):
+                raise
+            logger.exception("run %s: its last step cannot be stored", run_id)
+            await fail(f"The run's last step could not be stored: {_failure_text(exc)}")
+            return
+        if history:
+            logger.info("run %s (%s) completed", run_id, claimed.agent_name)
+        else:
+            logger.info(
+                "run %s (%s) completed without asking anyone: the model called no tool that needs approval",
+                run_id,
+                claimed.agent_name,
+            )
 
     @staticmethod
     def _decisions(
@@ -243,60 +434,107 @@ async def run_worker(
     *,
     worker_id: str | None = None,
     concurrency: int = 1,
-    lease_seconds: float = 60.0,
-    poll_interval: float = 30.0,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
     expire_interval: float = 15.0,
     stop: anyio.Event | None = None,
     handle_signals: bool = False,
+    health: WorkerHealth | None = None,
 ) -> None:
     """Resume ready runs, up to `concurrency` at once, until `stop` is set (or SIGTERM/SIGINT with `handle_signals`).
 
     A run spends most of its time waiting for its model, so one process keeps several
     moving; each is claimed under its own lease. Between claims the worker waits for
-    wake-ups (NOTIFY on PostgreSQL); `poll_interval` is only a safety net. A stop request
-    lets the runs in progress finish first.
+    wake-ups (NOTIFY on PostgreSQL), or until the soonest lease of another worker runs out
+    (so a dead worker's run is taken over within `lease_seconds`); `poll_interval` is only
+    a safety net. It outlives database outages: claims, expiry and its LISTEN connection
+    back off and retry, with one log line when an outage starts and one when it ends.
+    A stop request lets the runs in progress finish first.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     stop = stop or anyio.Event()
+    health = health or WorkerHealth()
     resumer = Resumer(store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
     slots = anyio.Semaphore(concurrency)
+    claims = Outage("looking for ready runs", logger)
     async with anyio.create_task_group() as group:
         if handle_signals:
             group.start_soon(_stop_on_signals, stop)
-        group.start_soon(_expire_until_stopped, store, expire_interval, stop)
+        group.start_soon(_expire_until_stopped, store, expire_interval, stop, health)
         async with store.notifier.listen(READY_CHANNEL) as wakeups, anyio.create_task_group() as running:
             while not stop.is_set():
                 await slots.acquire()  # a run in progress ends before another is claimed
                 if stop.is_set():
                     slots.release()
                     break
-                claimed = await resumer.claim()
+                try:
+                    claimed = await resumer.claim()
+                except Exception as exc:
+                    slots.release()
+                    health.outage = True
+                    if not is_transient(exc) and not claims.ongoing:
+                        logger.exception("looking for ready runs failed unexpectedly")
+                    await _sleep_unless_stopped(claims.failed(describe(exc)), stop)
+                    continue
+                claims.succeeded()
+                health.reached_database(claimed=claimed is not None)
                 if claimed is None:
                     slots.release()
-                    await _wait_for_wakeup(wakeups, stop, poll_interval)
+                    await _wait_for_wakeup(wakeups, stop, await _idle_wait(store, registry, poll_interval))
                     continue
                 running.start_soon(_continue_in_slot, resumer, claimed, slots)
         group.cancel_scope.cancel()
+
+
+async def _idle_wait(store: Store, registry: AgentRegistry, poll_interval: float) -> float:
+    """Seconds to wait for a wake-up: until the soonest lease runs out, at most `poll_interval`."""
+    try:
+        ends = await store.next_lease_end(registry.names)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        return min(poll_interval, 1.0)  # the next claim finds out whether the database is back
+    if ends is None:
+        return poll_interval
+    if ends.tzinfo is None:
+        ends = ends.replace(tzinfo=dt.UTC)
+    until = (ends - dt.datetime.now(dt.UTC)).total_seconds() + 0.05
+    return max(0.05, min(poll_interval, until))
 
 
 async def _continue_in_slot(resumer: Resumer, claimed: ClaimedRun, slots: anyio.Semaphore) -> None:
     """One run of a worker's several: its failure is logged and leaves the others running."""
     try:
         await resumer.continue_run(claimed)
-    except Exception:
+    except Exception as exc:
         # the run keeps its lease until it expires; then any worker recovers it like a crashed one
-        logger.exception("run %s: the worker could not record its progress", claimed.run_id)
+        if is_transient(exc):
+            logger.warning("run %s: let go during a database outage (%s)", claimed.run_id, describe(exc))
+        else:
+            logger.exception("run %s: the worker could not record its progress", claimed.run_id)
     finally:
         slots.release()
 
 
-async def _expire_until_stopped(store: Store, seconds: float, stop: anyio.Event) -> None:
-    """Turn calls past their approval TTL into denials every `seconds`."""
+async def _expire_until_stopped(store: Store, seconds: float, stop: anyio.Event, health: WorkerHealth) -> None:
+    """Turn calls past their approval TTL into denials every `seconds`; an outage only delays it."""
+    outage = Outage("expiring calls past their deadline", logger)
     while not stop.is_set():
-        await store.expire()
-        with anyio.move_on_after(seconds):
-            await stop.wait()
+        try:
+            await store.expire()
+        except Exception as exc:
+            health.outage = True
+            await _sleep_unless_stopped(outage.failed(describe(exc)), stop)
+            continue
+        outage.succeeded()
+        health.reached_database()
+        await _sleep_unless_stopped(seconds, stop)
+
+
+async def _sleep_unless_stopped(seconds: float, stop: anyio.Event) -> None:
+    with anyio.move_on_after(seconds):
+        await stop.wait()
 
 
 async def _wait_for_wakeup(wakeups: Any, stop: anyio.Event, seconds: float) -> None:

@@ -8,6 +8,7 @@ the spot and waited for.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -17,10 +18,12 @@ from ._canonical import digest
 from .exceptions import Conflict, InvalidEdit, NotFound, ToolRetryError
 from .resumer import AgentRegistry, Resumer
 from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
+from .store.errors import is_transient
 from .store.models import RunRow, ToolCallRow
 
 __all__ = ("ApprovalService",)
 
+logger = logging.getLogger("approvals.service")
 _SETTLED = ("awaiting_approval", "completed", "failed", "cancelled")
 _RESUMABLE = ("ready", "resuming")
 
@@ -86,7 +89,7 @@ class ApprovalService:
         async with self.store.notifier.listen(RUNS_CHANNEL) as changes:
             with anyio.move_on_after(wait):
                 if self.background is not None:
-                    self.background.start_soon(self.resumer.resume, run_id)
+                    self.background.start_soon(self._resume_logged, run_id)
                 else:
                     with anyio.CancelScope(shield=True):
                         await self.resumer.resume(run_id)
@@ -95,6 +98,16 @@ class ApprovalService:
                         while await changes.receive() != run_id:
                             pass
         return await self.store.get_run(run_id)
+
+    async def _resume_logged(self, run_id: str) -> None:
+        """A resume in the app's task group: its failure is logged, never allowed to end the app's other tasks."""
+        try:
+            await self.resumer.resume(run_id)
+        except Exception as exc:
+            if is_transient(exc):
+                logger.warning("run %s: resume stopped by a database outage (%s); a worker retries", run_id, exc)
+            else:
+                logger.exception("run %s: resume failed", run_id)
 
     @staticmethod
     def args_digest(args: dict[str, Any]) -> str:

@@ -12,15 +12,18 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from approvals.exceptions import ApprovalsError
-from approvals.resumer import AgentRegistry, run_worker
+from approvals.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.service import ApprovalService
 from approvals.store import Database, Store
+from approvals.store.errors import describe, is_transient
+from approvals.supervise import Supervisor
 
-from . import api, login, pages, problems
+from . import api, health, login, pages, problems
 from .auth import LoginRequired
 from .context import AppContext
 from .settings import Settings
@@ -28,6 +31,8 @@ from .templating import render
 
 logger = logging.getLogger("approvals.web")
 STATIC = Path(__file__).parent / "static"
+RETRY_AFTER_SECONDS = 5
+"""What a client is told to wait while the database is unreachable."""
 
 
 def create_app(settings: Settings | None = None, *, registry: AgentRegistry | None = None) -> FastAPI:
@@ -44,17 +49,36 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         stop = anyio.Event()
         try:
             async with anyio.create_task_group() as group:
+                supervisor = Supervisor(group, stop)
+                health = WorkerHealth()
                 service = ApprovalService(store, agents, background=group)
-                context = AppContext(settings=settings, db=db, store=store, registry=agents, service=service)
+                context = AppContext(
+                    settings=settings,
+                    db=db,
+                    store=store,
+                    registry=agents,
+                    service=service,
+                    supervisor=supervisor,
+                    worker_health=health,
+                )
                 app.state.context = context
                 if settings.worker:
-                    group.start_soon(
-                        lambda: run_worker(store, agents, concurrency=settings.worker_concurrency, stop=stop)
+                    supervisor.start(
+                        "worker",
+                        lambda: run_worker(
+                            store,
+                            agents,
+                            concurrency=settings.worker_concurrency,
+                            lease_seconds=settings.worker_lease_seconds,
+                            poll_interval=settings.worker_poll_interval,
+                            stop=stop,
+                            health=health,
+                        ),
                     )
                 if settings.webhook_urls:
                     from .webhooks import deliver_webhooks
 
-                    group.start_soon(lambda: deliver_webhooks(context, stop))
+                    supervisor.start("webhooks", lambda: deliver_webhooks(context, stop))
                 yield
                 stop.set()
         finally:
@@ -77,6 +101,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         https_only=settings.cookie_secure,
     )
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(health.router)
     app.include_router(login.router)
     app.include_router(api.router)
     app.include_router(pages.router)
@@ -108,6 +133,26 @@ def _install_error_handlers(app: FastAPI) -> None:
         if _wants_problem_json(request):
             return await problems.http_exception_problem(request, exc)
         return _error_page(request, exc.status_code, "Error", str(exc.detail))
+
+    @app.exception_handler(SQLAlchemyError)
+    async def database_error(request: Request, exc: SQLAlchemyError) -> Response:
+        # a database that is down for now is 503 with Retry-After; anything else is our bug: 500
+        transient = is_transient(exc)
+        if transient:
+            logger.warning("%s %s: database unavailable: %s", request.method, request.url.path, describe(exc))
+            status, title = 503, "Database unavailable"
+            detail = "The database cannot be reached right now; nothing was changed. Try again shortly."
+        else:
+            logger.error("%s %s: database error", request.method, request.url.path, exc_info=exc)
+            status, title, detail = 500, "Database error", "The database refused the operation; it was not done."
+        response: Response = (
+            problems.problem(status, title, detail)
+            if _wants_problem_json(request)
+            else _error_page(request, status, title, detail)
+        )
+        if transient:
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:

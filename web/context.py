@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from approvals.resumer import AgentRegistry
+from approvals.resumer import AgentRegistry, WorkerHealth
 from approvals.service import ApprovalService
 from approvals.store import Database, Store
+from approvals.supervise import Supervisor
 
 from .settings import Settings
 
@@ -20,3 +21,6 @@ class AppContext:
     store: Store
     registry: AgentRegistry
     service: ApprovalService
+    supervisor: Supervisor
+    """The background tasks (worker, webhook delivery) and how they are doing."""
+    worker_health: WorkerHealth

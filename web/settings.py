@@ -7,7 +7,7 @@ import secrets
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from approvals.resumer import DEFAULT_WORKER_CONCURRENCY
+from approvals.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
 
 class Settings(BaseSettings):
@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     """Run a resumer inside the web process (the SQLite setup); turn off when separate workers run."""
     worker_concurrency: int = Field(default=DEFAULT_WORKER_CONCURRENCY, ge=1)
     """Runs the web process's resumer continues at once."""
+    worker_lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, ge=1)
+    """How long the resumer's lease on a run lasts between renewals; a dead worker's run waits this long."""
+    worker_poll_interval: float = Field(default=DEFAULT_POLL_INTERVAL, gt=0)
+    """Longest wait between looks for ready runs when no wake-up comes."""
     webhook_urls: list[str] = Field(default_factory=list)
     """URLs that receive a signed POST when a call becomes pending and when a run finishes."""
     webhook_secret: str | None = Field(default=None, repr=False)

@@ -148,6 +148,15 @@ def _configure_sqlite(engine: AsyncEngine, *, write_lock: bool) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
+    @event.listens_for(sync_engine, "handle_error")
+    def on_error(context: Any) -> None:
+        # SQLite keeps a file's read-only or broken state per connection: a connection that
+        # saw it stays read-only after the file is writable again. Treated as a disconnect,
+        # the pool replaces that connection and every one opened before it.
+        name = getattr(context.original_exception, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN")):
+            context.is_disconnect = True
+
     if not write_lock:
         return
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
@@ -135,6 +135,19 @@ class RunLifecycle(StoreBase):
         if self.db.is_postgres:
             return await self._claim_pipelined(worker_id, lease_seconds, run_id, agent_names)
         return await self._claim_locked(worker_id, lease_seconds, run_id, agent_names)
+
+    async def next_lease_end(self, agent_names: Sequence[str] | None = None) -> dt.datetime | None:
+        """When the soonest lease on a run being resumed runs out; an idle worker wakes up then.
+
+        Nothing announces a lease running out (its worker may be dead), so this is how a
+        dead worker's run is taken over within a lease, not at the next poll.
+        """
+        query = select(func.min(RunRow.lease_expires_at)).where(RunRow.status == "resuming")
+        if agent_names is not None:
+            query = query.where(RunRow.agent_name.in_(agent_names))
+        async with self.db.read() as session:
+            ends: dt.datetime | None = await session.scalar(query)
+        return ends
 
     async def _claim_pipelined(
         self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None

@@ -8,18 +8,20 @@ same interface either way: `async with notifier.listen(channel) as messages`.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from .._outage import Outage
 from .db import Database
+from .errors import describe
 
 __all__ = ("PENDING_CHANNEL", "READY_CHANNEL", "RUNS_CHANNEL", "Notifier")
 
@@ -30,6 +32,7 @@ PENDING_CHANNEL = "approvals_pending"
 RUNS_CHANNEL = "approvals_runs"
 """A run changed status; payload: run id."""
 _CHANNEL_NAME = re.compile(r"^[a-z_]{1,60}$")
+logger = logging.getLogger("approvals.store")
 
 
 class Notifier:
@@ -66,11 +69,15 @@ class Notifier:
 
     @asynccontextmanager
     async def listen(self, channel: str) -> AsyncIterator[MemoryObjectReceiveStream[str]]:
-        """Receive payloads announced on `channel` from now on, until the block ends."""
+        """Receive payloads announced on `channel` from now on, until the block ends.
+
+        On PostgreSQL a lost connection is reopened in the background, with backoff; an empty
+        payload after it says that announcements may have been missed meanwhile.
+        """
         if not _CHANNEL_NAME.match(channel):
             raise ValueError(f"invalid channel name {channel!r}")
         send, receive = anyio.create_memory_object_stream[str](max_buffer_size=1_000)
-        if not self.db.is_postgres:
+        if not self.db.is_postgres:  # in-process: nothing to lose
             self._subscribers[channel].add(send)
             try:
                 yield receive
@@ -79,25 +86,44 @@ class Notifier:
                 send.close()
                 receive.close()
             return
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._listen_until_cancelled, channel, send)
+            try:
+                yield receive
+            finally:
+                group.cancel_scope.cancel()
+                receive.close()
+
+    async def _listen_until_cancelled(self, channel: str, send: MemoryObjectSendStream[str]) -> None:
+        """Hold a LISTEN connection, and open a new one whenever it is lost (server restart, dropped connection).
+
+        After a reconnection an empty payload wakes the listener up: announcements made while
+        the connection was down are lost, so it should look for itself.
+        """
         import psycopg
 
         conninfo = self.db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
-        connection = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-        try:
-            await connection.execute(f'LISTEN "{channel}"')
-            async with anyio.create_task_group() as group:
-                group.start_soon(_forward, connection, send)
+        outage = Outage(f"listening for {channel!r}", logger)
+        async with send:
+            while True:
                 try:
-                    yield receive
+                    connection = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
+                except (psycopg.Error, OSError) as exc:
+                    await anyio.sleep(outage.failed(describe(exc)))
+                    continue
+                try:
+                    await connection.execute(f'LISTEN "{channel}"')
+                    if outage.ongoing:
+                        outage.succeeded()
+                        with suppress(anyio.WouldBlock):
+                            send.send_nowait("")
+                    async for notification in connection.notifies():
+                        with suppress(anyio.WouldBlock):
+                            send.send_nowait(notification.payload)
+                    raise psycopg.OperationalError("the server closed the LISTEN connection")
+                except (psycopg.Error, OSError) as exc:
+                    delay = outage.failed(describe(exc))
                 finally:
-                    group.cancel_scope.cancel()
-        finally:
-            await connection.close()
-            receive.close()
-
-
-async def _forward(connection: Any, send: MemoryObjectSendStream[str]) -> None:
-    async with send:
-        async for notification in connection.notifies():
-            with suppress(anyio.WouldBlock):
-                send.send_nowait(notification.payload)
+                    with anyio.CancelScope(shield=True):
+                        await connection.close()
+                await anyio.sleep(delay)

@@ -159,7 +159,7 @@ def _failure_text(error: BaseException) -> str:
     from sqlalchemy.exc import DBAPIError
 
     if isinstance(error, DBAPIError):
-        return describe(error)
+        return f"the database refused to store the run's latest step: {describe(error)}"
     return f"{type(error).__name__}: {error}"
 
 
@@ -404,7 +404,7 @@ class Resumer:
             if is_transient(exc):
                 raise
             logger.exception("run %s: its last step cannot be stored", run_id)
-            await fail(f"The run's last step could not be stored: {_failure_text(exc)}")
+            await fail(_failure_text(exc))
             return
         if history:
             logger.info("run %s (%s) completed", run_id, claimed.agent_name)

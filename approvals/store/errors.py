@@ -60,4 +60,6 @@ def describe(error: BaseException) -> str:
         error = error.exceptions[0]
     inner = error.orig if isinstance(error, sa_exc.DBAPIError) and error.orig is not None else error
     text = str(inner).strip().splitlines()
-    return f"{type(inner).__name__}: {text[0] if text else 'no message'}"
+    line = f"{type(inner).__name__}: {text[0] if text else 'no message'}"
+    detail = inner.diag.message_detail if isinstance(inner, psycopg.Error) else None
+    return f"{line} ({detail})" if detail else line

@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import anyio
 import psycopg
@@ -256,9 +256,13 @@ async def test_a_step_the_database_refuses_fails_the_run_once_with_its_reason(st
 def fill(path: Path) -> None:
     """Write zeros to `path` until the filesystem has no room left."""
     with path.open("wb") as out, pytest.raises(OSError, match="No space left"):
-        while True:
-            out.write(b"\0" * 65536)
-            out.flush()
+        _write_forever(out)
+
+
+def _write_forever(out: BinaryIO) -> None:
+    while True:
+        out.write(b"\0" * 65536)
+        out.flush()
 
 
 async def start_runs_until_refused(store: Store) -> None:

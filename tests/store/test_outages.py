@@ -326,16 +326,19 @@ async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path) -> N
         database = Database(url)
         store = Store(database)
         try:
-            async with worker(store, expire_interval=0.2):
-                run_id = await paused_mail_run(store, tmp_path)
-                [call] = await store.run_calls(run_id)
-                filler = folder / "filler"
-                fill(filler)
-                with pytest.raises(OperationalError, match="full") as refused:
-                    await start_runs_until_refused(store)
-                assert is_transient(refused.value), refused.value
+            run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+            filler = folder / "filler"
+            fill(filler)
+            with pytest.raises(OperationalError, match="full") as refused:
+                await start_runs_until_refused(store)
+            assert is_transient(refused.value), refused.value
+            async with worker(store, expire_interval=0.2, poll_interval=0.2):
+                await anyio.sleep(1.5)  # its claims of the ready run meet the full disk, and it backs off
+                assert (await store.get_run(run_id)).status == "ready"
                 filler.unlink()
-                await retrying(lambda: store.decide(call.id, Approve(), actor=ALICE), seconds=10)
+                await until(lambda: status_is(store, run_id, "awaiting_approval"), "the worker to take the run")
+                [call] = await store.run_calls(run_id)
+                await store.decide(call.id, Approve(), actor=ALICE)
                 await until(lambda: status_is(store, run_id, "completed"), "the worker to finish the run")
         finally:
             await database.dispose()

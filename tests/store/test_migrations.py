@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import psycopg
@@ -16,22 +16,31 @@ from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
 from approvals.store.migrate import current_revision, downgrade, head_revision, upgrade
-from approvals.store.models import Base, include_in_autogenerate
+from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate
 
 from .conftest import BACKENDS, PG_SERVER
 
 
-@pytest.fixture(params=BACKENDS)
-def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
+@contextmanager
+def empty_database(backend: str, folder: Path) -> Iterator[str]:
+    """The URL of a new, empty database, dropped afterwards."""
     name = f"approvals_mig_{uuid.uuid4().hex[:10]}"
+    if backend == "sqlite":
+        yield f"sqlite:///{folder / f'{name}.db'}"
+        return
     with psycopg.connect(PG_SERVER, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with empty_database(request.param, tmp_path) as url:
+        yield url
 
 
 def differences(url: str) -> list[object]:
@@ -44,6 +53,20 @@ def differences(url: str) -> list[object]:
             return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()
+
+
+def index_definitions(url: str) -> dict[str, str]:
+    """Each index as the database states it, WHERE of a partial index included (alembic's comparison skips it)."""
+    if url.startswith("postgresql"):
+        ours = "schemaname = 'public' AND tablename <> 'alembic_version'"
+        query = f"SELECT indexname, indexdef FROM pg_indexes WHERE {ours}"
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(query).fetchall()
+    else:
+        query = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
+            rows = connection.execute(query).fetchall()
+    return {name: definition for name, definition in rows if name not in MIGRATION_ONLY_INDEXES}
 
 
 def table_names(url: str) -> set[str]:
@@ -81,6 +104,21 @@ def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
     assert differences(empty_db_url) == []
     on_postgres = empty_db_url.startswith("postgresql")
     assert function_names(empty_db_url) == (HOT_PATH_FUNCTIONS if on_postgres else set())
+
+
+def test_every_index_is_the_one_the_models_create(empty_db_url: str, tmp_path: Path) -> None:
+    upgrade(empty_db_url)
+    backend = "postgresql" if empty_db_url.startswith("postgresql") else "sqlite"
+    with empty_database(backend, tmp_path) as models_url:
+        engine = create_engine(normalize_url(models_url, sync=True), poolclass=pool.NullPool)
+        try:
+            Base.metadata.create_all(engine)
+        finally:
+            engine.dispose()
+        created = index_definitions(models_url)
+    migrated = index_definitions(empty_db_url)
+    assert "uq_decisions_standing_approval" in created
+    assert migrated == created
 
 
 def test_a_migrated_sqlite_file_is_already_in_wal_mode(tmp_path: Path) -> None:

@@ -287,6 +287,53 @@ async def test_a_quorum_needs_two_different_reviewers(web: WebApp, tmp_path: Pat
     assert (await web.store.get_run(run_id)).status == "awaiting_approval"  # the refund still waits
 
 
+async def test_a_reviewer_may_deny_a_quorum_call_they_approved_but_not_approve_it_twice(
+    web: WebApp, tmp_path: Path
+) -> None:
+    _, calls = await paused_run(web, tmp_path)
+    delete = calls["delete_customer"]["id"]
+    async with session(web, "alice") as (alice, csrf):
+        first = await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "approve"}, headers=csrf)
+        assert first.json()["status"] == "pending"
+        again = await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "approve"}, headers=csrf)
+        detail = assert_problem(again, 409)["detail"]
+        assert "already approved" in detail and "a quorum needs approvals from different people" in detail
+        denied = await alice.post(
+            f"/api/calls/{delete}/decision", json={"verdict": "deny", "reason": "Wrong customer."}, headers=csrf
+        )
+        assert denied.status_code == 200, denied.text
+        assert denied.json()["status"] == "denied" and denied.json()["decided_by"] == "alice"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"verdict": "approve"}, "approved"),
+        ({"verdict": "deny", "reason": "It went through already."}, "denied"),
+        ({"verdict": "answer", "content": {"refunded": True, "payment": 991}}, "answered"),
+    ],
+)
+async def test_the_reviewer_who_approved_a_call_settles_it_when_its_outcome_is_unknown(
+    web: WebApp, tmp_path: Path, body: dict[str, Any], status: str
+) -> None:
+    run_id, calls = await paused_run(web, tmp_path)
+    refund, delete = calls["refund"]["id"], calls["delete_customer"]["id"]
+    async with session(web, "alice") as (alice, csrf):
+        approved = await alice.post(f"/api/calls/{refund}/decision", json={"verdict": "approve"}, headers=csrf)
+        assert approved.json()["status"] == "approved"
+        await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "deny", "reason": "no"}, headers=csrf)
+        # the worker that claims the run dies before the refund's outcome is stored
+        assert await web.store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
+        assert await web.store.claim("rescuer", run_id=run_id) is None
+        assert (await alice.get(f"/api/calls/{refund}")).json()["status"] == "outcome_unknown"
+
+        settled = await alice.post(f"/api/calls/{refund}/decision", json=body, headers=csrf)
+
+        assert settled.status_code == 200, settled.text
+        assert settled.json()["status"] == status and settled.json()["decided_by"] == "alice"
+        assert (await alice.get(f"/api/runs/{run_id}")).json()["status"] == "ready"
+
+
 @pytest.mark.parametrize(
     "body", [{"verdict": "deny"}, {"verdict": "deny", "reason": ""}, {"verdict": "deny", "reason": " \n"}]
 )

@@ -142,14 +142,21 @@ class Resumer:
         )
 
     async def continue_run(self, claimed: ClaimedRun) -> None:
-        """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile."""
+        """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile.
+
+        It stops at the first write the store refuses (`LeaseLost`): its lease ran out and
+        another worker took the run, or an admin cancelled the run.
+        """
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_lease, claimed.run_id)
                 await self._continue(claimed)
                 group.cancel_scope.cancel()
-        except LeaseLost:
-            logger.warning("lost the lease on run %s; another worker continues it", claimed.run_id)
+        except* LeaseLost as lost:  # from the task group, so in an exception group
+            if any(isinstance(error, LeaseLost) and error.status == "cancelled" for error in lost.exceptions):
+                logger.warning("run %s was cancelled; this worker stopped and stored nothing more", claimed.run_id)
+            else:
+                logger.warning("lost the lease on run %s; another worker continues it", claimed.run_id)
 
     async def _keep_lease(self, run_id: str) -> None:
         while True:

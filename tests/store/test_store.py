@@ -365,6 +365,17 @@ async def test_cancel_needs_an_admin(store: Store, tmp_path: Path) -> None:
         await store.cancel_run(run_id, actor=ADMIN)
 
 
+async def test_cancelling_a_run_leaves_calls_whose_outcome_is_unknown_for_a_person(
+    store: Store, tmp_path: Path
+) -> None:
+    run_id, calls = await unknown_outcomes(store, tmp_path)
+    await store.cancel_run(run_id, actor=ADMIN, reason="stop")
+    assert {c.status for c in await store.run_calls(run_id)} == {"outcome_unknown"}  # their tools may have run
+    settled = await store.decide(calls["refund"].id, Answer(content="It was refunded."), actor=ALICE)
+    assert settled.status == "answered"
+    assert (await store.get_run(run_id)).status == "cancelled"
+
+
 async def test_inbox_keyset_pagination_and_filters(store: Store, tmp_path: Path) -> None:
     for _ in range(3):
         await paused_shop_run(store, tmp_path)

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from pydantic import BaseModel, Field
 
-from approvals import Agent, RunContext, Tool
-from approvals.messages import ModelResponse, TextPart, ToolCallPart
+from approvals import Agent, LeaseLost, RunContext, Tool
+from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from approvals.models import TestModel
-from approvals.store import Actor, Approve
+from approvals.store import Actor, Approve, Deny
 from approvals.store.models import ToolCallRow
 from web import pages, views
 
@@ -649,6 +649,24 @@ async def test_admins_cancel_runs_and_others_cannot(web: WebApp, tmp_path: Path)
     assert again.status_code == 409 and "already ended (cancelled)" in again.text and is_fragment(again)
     shown = (await admin.get(f"/runs/{run_id}")).text
     assert "Reason for cancelling" in shown and "duplicate" in shown and "Cancel this run" not in shown
+
+
+async def test_admins_cancel_a_run_a_worker_holds(web: WebApp, tmp_path: Path) -> None:
+    run_id, calls = await paused(web, tmp_path)
+    await web.store.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    await web.store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("bob", "reviewer"))
+    assert await web.store.claim("w1", run_id=run_id) is not None  # the refund is executing
+    admin, csrf = await web.login("ada")
+    assert "Cancel this run" in (await admin.get(f"/runs/{run_id}")).text
+
+    response = await admin.post(f"/runs/{run_id}/cancel", data={"reason": "duplicate", "csrf_token": csrf})
+
+    assert response.status_code == 303, response.text
+    assert (await web.store.get_run(run_id)).status == "cancelled"
+    assert (await web.store.get_call(calls["refund"].id)).status == "outcome_unknown"
+    with pytest.raises(LeaseLost):  # the worker's next write
+        await web.store.append_step(run_id, "w1", [ModelRequest(parts=[UserPromptPart(content="late")])])
+    assert (await web.store.get_run(run_id)).status == "cancelled"
 
 
 # --- audit log -----------------------------------------------------------------------------

@@ -6,16 +6,18 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
-from approvals.store.migrate import current_revision, downgrade, head_revision, upgrade
+from approvals.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate
 
 from .conftest import BACKENDS, PG_SERVER
@@ -55,8 +57,11 @@ def differences(url: str) -> list[object]:
         engine.dispose()
 
 
-def index_definitions(url: str) -> dict[str, str]:
-    """Each index as the database states it, WHERE of a partial index included (alembic's comparison skips it)."""
+def index_definitions(url: str, *, every: bool = False) -> dict[str, str]:
+    """Each index as the database states it, WHERE of a partial index included (alembic's comparison skips it).
+
+    Without `every`, the indexes only migrations create are left out.
+    """
     if url.startswith("postgresql"):
         ours = "schemaname = 'public' AND tablename <> 'alembic_version'"
         query = f"SELECT indexname, indexdef FROM pg_indexes WHERE {ours}"
@@ -66,7 +71,30 @@ def index_definitions(url: str) -> dict[str, str]:
         query = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
             rows = connection.execute(query).fetchall()
-    return {name: definition for name, definition in rows if name not in MIGRATION_ONLY_INDEXES}
+    return {name: definition for name, definition in rows if every or name not in MIGRATION_ONLY_INDEXES}
+
+
+def schema_state(url: str) -> dict[str, object]:
+    """What a migration changes: tables with their columns and unique constraints, indexes, function bodies."""
+    engine = create_engine(normalize_url(url, sync=True), poolclass=pool.NullPool)
+    try:
+        inspector = inspect(engine)
+        tables = {
+            name: (
+                [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(name)],
+                sorted((u["name"] or "", tuple(u["column_names"])) for u in inspector.get_unique_constraints(name)),
+            )
+            for name in inspector.get_table_names()
+            if name != "alembic_version"
+        }
+    finally:
+        engine.dispose()
+    functions: set[tuple[str, str]] = set()
+    if url.startswith("postgresql"):
+        with psycopg.connect(url) as conn:
+            query = "SELECT proname, prosrc FROM pg_proc WHERE proname LIKE 'approvals\\_%'"
+            functions = {(name, source) for name, source in conn.execute(query).fetchall()}
+    return {"tables": tables, "indexes": index_definitions(url, every=True), "functions": functions}
 
 
 def table_names(url: str) -> set[str]:
@@ -139,6 +167,20 @@ def test_downgrade_base_removes_everything(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) is None
     upgrade(empty_db_url)  # and back up again
     assert differences(empty_db_url) == []
+
+
+def test_each_downgrade_restores_the_schema_before_its_upgrade(empty_db_url: str) -> None:
+    script = ScriptDirectory.from_config(alembic_config(empty_db_url))
+    revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
+    before = schema_state(empty_db_url)
+    for previous, revision in pairwise(["base", *revisions]):
+        upgrade(empty_db_url, revision)
+        after = schema_state(empty_db_url)
+        downgrade(empty_db_url, previous)
+        assert schema_state(empty_db_url) == before, f"downgrading {revision} to {previous}"
+        upgrade(empty_db_url, revision)
+        assert schema_state(empty_db_url) == after, f"upgrading {previous} to {revision} again"
+        before = after
 
 
 def test_argument_search_index_exists_on_postgresql(empty_db_url: str) -> None:

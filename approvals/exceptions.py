@@ -137,7 +137,12 @@ class InvalidEdit(ApprovalsError):
 
 
 class LeaseLost(ApprovalsError):
-    """This worker no longer holds the run: its lease expired and another worker claimed it."""
+    """This worker no longer holds the run: its lease expired and another worker took it, or an admin cancelled it."""
+
+    def __init__(self, message: str, *, status: str | None = None) -> None:
+        self.status = status
+        """The run's status when the write was refused: `cancelled` when an admin stopped it."""
+        super().__init__(message)
 
 
 class ModelAPIError(ApprovalsError):

@@ -218,16 +218,23 @@ class Resumer:
         )
 
     async def continue_run(self, claimed: ClaimedRun) -> None:
-        """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile."""
+        """Continue a run this worker claimed until it ends or pauses, renewing its lease meanwhile.
+
+        It stops at the first write the store refuses (`LeaseLost`): its lease ran out and
+        another worker took the run, or an admin cancelled the run.
+        """
         lease = _Lease(self.lease_seconds)
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_lease, claimed.run_id, lease)
                 await self._continue(claimed, lease)
                 group.cancel_scope.cancel()
-        except* LeaseLost as lost:
-            reason = lost.exceptions[0]
-            logger.warning("run %s: let go (%s); another worker continues it", claimed.run_id, reason)
+        except* LeaseLost as lost:  # from the task group, so in an exception group
+            if any(isinstance(error, LeaseLost) and error.status == "cancelled" for error in lost.exceptions):
+                logger.warning("run %s was cancelled; this worker stopped and stored nothing more", claimed.run_id)
+            else:
+                reason = lost.exceptions[0]
+                logger.warning("run %s: let go (%s); another worker continues it", claimed.run_id, reason)
 
     async def _keep_lease(self, run_id: str, lease: _Lease) -> None:
         """Renew the lease every third of it; through an outage, keep trying (writes check the lease anyway)."""
@@ -288,7 +295,7 @@ class Resumer:
                 lease.renewed()
                 return
             if run.status != "resuming" or run.lease_owner != self.worker_id:
-                raise LeaseLost(f"run {run_id} is {run.status}, no longer held by {self.worker_id}")
+                raise LeaseLost(f"run {run_id} is {run.status}, no longer held by {self.worker_id}", status=run.status)
             attempt = True
 
     async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:

@@ -213,7 +213,11 @@ async def run_calls(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> Cal
 @router.post(
     "/runs/{run_id}/cancel",
     summary="Stop a run that has not ended (admin)",
-    description="Its open calls are cancelled; a run that is being resumed right now is a 409.",
+    description=(
+        "Also a run a worker is resuming right now: calls that never ran are cancelled, one the worker was executing "
+        "becomes `outcome_unknown` for a person to settle, and the worker's next write is refused. A run that "
+        "already ended is a 409."
+    ),
     responses=errors(401, 403, 404, 409, 422),
 )
 async def cancel_run(

@@ -8,9 +8,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import ColumnElement, func, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from ..exceptions import Conflict, NotFound
 from ._pg import pg_run_write
@@ -161,7 +162,11 @@ class Transaction:
         return started
 
     async def _release(self, run_id: str, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
-        """Calls marked executing that never ran go back to approved, and their approvals stand again."""
+        """Calls marked executing that never ran go back to approved, and the approvals this start used up stand again.
+
+        Approvals an earlier start used up (before the call's outcome became unknown) stay used:
+        they were given for that run of it.
+        """
         return await self._move_calls(run_id, tool_call_ids, "executing", "approved", now, consumed_at=None)
 
     async def _move_calls(
@@ -188,11 +193,16 @@ class Transaction:
             )
         ).all()
         if calls:
-            consuming = consumed_at is not None
-            unchanged = DecisionRow.consumed_at.is_(None) if consuming else DecisionRow.consumed_at.is_not(None)
+            affected: ColumnElement[bool]
+            if consumed_at is not None:
+                affected = DecisionRow.consumed_at.is_(None)
+            else:  # the approvals the latest start used up: they share its time
+                other = aliased(DecisionRow)
+                latest = select(func.max(other.consumed_at)).where(other.call_id == DecisionRow.call_id)
+                affected = DecisionRow.consumed_at == latest.scalar_subquery()
             await self.session.execute(
                 update(DecisionRow)
-                .where(DecisionRow.call_id.in_([c.id for c in calls]), unchanged)
+                .where(DecisionRow.call_id.in_([c.id for c in calls]), affected)
                 .values(consumed_at=consumed_at)
             )
         return [ExecutedCall(*call) for call in calls]

@@ -183,7 +183,7 @@ def tool_definition_row(definition: ToolDefinition, now: dt.datetime) -> dict[st
 
 
 def lease_lost(run_id: str, worker_id: str, status: str | None) -> Exception:
-    """The error for a guarded write that matched no row: the run is gone or someone else holds it."""
+    """The error for a guarded write that matched no row: no such run, or the worker's hold on it ended."""
     if status is None:
         return NotFound(f"No run {run_id!r}")
-    return LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {status})")
+    return LeaseLost(f"Worker {worker_id!r} no longer holds run {run_id!r} (status {status})", status=status)

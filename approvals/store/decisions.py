@@ -4,6 +4,11 @@
 other gets a `Conflict` naming who decided. Approvals are bound to the digest of the
 arguments they approved; with a quorum, only approvals of the current arguments count,
 and an edit starts the count again for the edited arguments.
+
+A reviewer holds at most one standing approval of the same arguments (a partial unique
+index, migration 0005), so a quorum takes different people. Nothing else limits a reviewer:
+they may deny or answer a call they approved, and settle a call whose outcome became
+unknown after their approval was used up by running it.
 """
 
 from __future__ import annotations
@@ -132,8 +137,11 @@ class DecisionOps(StoreBase):
                 _check_decidable(call, started_by, verdict, actor)
                 await self._apply(tx, call, verdict, actor)
                 return call
-        except IntegrityError:
-            raise Conflict(f"{actor.id!r} already approved call {call_id!r} with these arguments") from None
+        except IntegrityError:  # the standing-approval index: a second approval of the same arguments
+            raise Conflict(
+                f"{actor.id!r} already approved call {call_id!r} with these arguments; "
+                "a quorum needs approvals from different people"
+            ) from None
 
     async def _decide_in_one_statement(self, call_id: str, verdict: Verdict, actor: Actor) -> ToolCallRow:
         """PostgreSQL: `approvals_decide` applies the same rules and writes as `_apply`, in one round trip."""

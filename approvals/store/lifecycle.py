@@ -23,7 +23,6 @@ from ._base import SYSTEM, Actor, StoreBase, Transaction
 from ._pg import ClaimedRow, pg_claim
 from ._writes import (
     DECIDED_CALL_STATUSES,
-    OPEN_CALL_STATUSES,
     DecidedCall,
     HeldRun,
     Interrupted,
@@ -38,6 +37,8 @@ from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 ModelMessage = ModelRequest | ModelResponse
 FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+NOT_RUN_CALL_STATUSES = ("pending", "approved")
+"""Calls of a run that have not started: cancelling the run cancels them (a worker must mark a call executing first)."""
 STALE_LEASE_CHECK_SECONDS = 1.0
 """How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 
@@ -395,25 +396,39 @@ class RunLifecycle(StoreBase):
             await tx.announce(READY_CHANNEL, run_id)
 
     async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> None:
-        """An admin stops a run that has not ended; its open calls are cancelled."""
+        """An admin stops a run that has not ended, even one a worker holds right now.
+
+        Calls that never ran are cancelled. A call the run was executing becomes
+        `outcome_unknown` (its tool may have run) for a person to settle, and one already
+        waiting for that stays so. The run's lease ends with it: every write its worker makes
+        from now on is refused (`LeaseLost`, as a worker's that lost its lease), so nothing
+        the worker sends afterwards is stored and the run stays cancelled.
+        """
         if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not cancel runs")
         async with self.transaction() as tx:
             run = await self._run_for_update(tx.session, run_id)
             if run.status in FINAL_RUN_STATUSES:
                 raise Conflict(f"Run {run_id!r} already ended ({run.status})", status=run.status)
-            if run.status == "resuming":
-                raise Conflict(
-                    f"Run {run_id!r} is being resumed right now; try again when it pauses", status=run.status
-                )
+            now = utcnow()
             await tx.session.execute(
                 update(ToolCallRow)
-                .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_([*OPEN_CALL_STATUSES, "approved"]))
-                .values(status="cancelled", updated_at=utcnow())
+                .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(NOT_RUN_CALL_STATUSES))
+                .values(status="cancelled", updated_at=now)
             )
+            interrupted = (
+                await tx.session.execute(
+                    update(ToolCallRow)
+                    .where(ToolCallRow.run_id == run_id, ToolCallRow.status == "executing")
+                    .values(status="outcome_unknown", updated_at=now)
+                    .returning(ToolCallRow.id, ToolCallRow.tool_name)
+                )
+            ).all()
             run.status = "cancelled"
             run.error = reason
-            run.updated_at = utcnow()
+            run.lease_owner = None
+            run.lease_expires_at = None
+            run.updated_at = now
             await tx.audit(
                 actor.id,
                 "run.cancelled",
@@ -423,6 +438,17 @@ class RunLifecycle(StoreBase):
                 agent_name=run.agent_name,
                 details={"reason": reason},
             )
+            for call_id, tool_name in sorted(interrupted):
+                await tx.audit(
+                    actor.id,
+                    "call.outcome_unknown",
+                    "call",
+                    call_id,
+                    run_id=run_id,
+                    agent_name=run.agent_name,
+                    tool_name=tool_name,
+                    details={"reason": "the run was cancelled while the call ran; it may or may not have happened"},
+                )
             await tx.announce(PENDING_CHANNEL, run_id)
             await tx.announce(RUNS_CHANNEL, run_id)
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -163,6 +164,10 @@ class ToolCallRow(Base):
     )
 
 
+STANDING_APPROVAL = text("verdict IN ('approve', 'edit') AND consumed_at IS NULL")
+"""The decisions that count towards a call's quorum (`Transaction.count_approvals`)."""
+
+
 class DecisionRow(Base):
     """One reviewer's verdict on one call; several approvals make a quorum."""
 
@@ -182,7 +187,18 @@ class DecisionRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (
-        UniqueConstraint("call_id", "actor", "args_digest", name="uq_decisions_call_id_actor_args_digest"),
+        # one standing approval per reviewer and arguments: what a quorum counts, so it needs different people.
+        # Denials, answers and approvals a run used up are free: a reviewer may deny a call they approved, and
+        # settle one whose outcome became unknown after their approval ran.
+        Index(
+            "uq_decisions_standing_approval",
+            "call_id",
+            "actor",
+            "args_digest",
+            unique=True,
+            sqlite_where=STANDING_APPROVAL,
+            postgresql_where=STANDING_APPROVAL,
+        ),
         Index("ix_decisions_call_id", "call_id"),
     )
 

@@ -7,6 +7,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from approvals import Agent, RunContext, Tool
 from approvals.models import TestModel
 
@@ -58,3 +60,25 @@ email_agent: Agent[dict[str, Any]] = Agent(
     name="mailer",
     tools=[Tool(send_email, requires_approval=True, approval_ttl=60)],
 )
+
+
+class Gate:
+    """Where the slow tool waits, like a long API call, until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.opened = anyio.Event()
+
+    async def pass_through(self) -> None:
+        self.entered.set()
+        await self.opened.wait()
+
+
+slow_agent: Agent[Gate] = Agent(TestModel([("slow_transfer", {"amount": 5})]), name="slow")
+
+
+@slow_agent.tool(requires_approval=True)
+async def slow_transfer(ctx: RunContext[Gate], amount: int) -> str:
+    """Transfer money; it takes as long as the test's gate stays shut."""
+    await ctx.deps.pass_through()
+    return f"transferred {amount}"

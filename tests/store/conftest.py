@@ -19,7 +19,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.pool import QueuePool
 
+from approvals import LeaseLost
 from approvals.store import Database, Store
+from approvals.store._writes import RunWrite
 from approvals.store.migrate import upgrade
 from approvals.store.models import Base
 
@@ -91,3 +93,19 @@ async def execute(store: Store, sql: str, **params: object) -> None:
     """Run raw SQL, as an attacker or a crash might."""
     async with store.db.engine.begin() as conn:
         await conn.execute(text(sql), params)
+
+
+def record_refused_writes(store: Store) -> list[LeaseLost]:
+    """The worker writes `store` refuses because the worker no longer holds the run, as they happen."""
+    refused: list[LeaseLost] = []
+    write_run = store.write_run
+
+    async def recording(write: RunWrite) -> None:
+        try:
+            await write_run(write)
+        except LeaseLost as lost:
+            refused.append(lost)
+            raise
+
+    store.write_run = recording  # type: ignore[method-assign]
+    return refused

@@ -5,33 +5,44 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
-from approvals.store.migrate import current_revision, downgrade, head_revision, upgrade
-from approvals.store.models import Base, include_in_autogenerate
+from approvals.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
+from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate
 
 from .conftest import BACKENDS, PG_SERVER
 
 
-@pytest.fixture(params=BACKENDS)
-def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
+@contextmanager
+def empty_database(backend: str, folder: Path) -> Iterator[str]:
+    """The URL of a new, empty database, dropped afterwards."""
     name = f"approvals_mig_{uuid.uuid4().hex[:10]}"
+    if backend == "sqlite":
+        yield f"sqlite:///{folder / f'{name}.db'}"
+        return
     with psycopg.connect(PG_SERVER, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with empty_database(request.param, tmp_path) as url:
+        yield url
 
 
 def differences(url: str) -> list[object]:
@@ -44,6 +55,46 @@ def differences(url: str) -> list[object]:
             return list(compare_metadata(context, Base.metadata))
     finally:
         engine.dispose()
+
+
+def index_definitions(url: str, *, every: bool = False) -> dict[str, str]:
+    """Each index as the database states it, WHERE of a partial index included (alembic's comparison skips it).
+
+    Without `every`, the indexes only migrations create are left out.
+    """
+    if url.startswith("postgresql"):
+        ours = "schemaname = 'public' AND tablename <> 'alembic_version'"
+        query = f"SELECT indexname, indexdef FROM pg_indexes WHERE {ours}"
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(query).fetchall()
+    else:
+        query = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
+            rows = connection.execute(query).fetchall()
+    return {name: definition for name, definition in rows if every or name not in MIGRATION_ONLY_INDEXES}
+
+
+def schema_state(url: str) -> dict[str, object]:
+    """What a migration changes: tables with their columns and unique constraints, indexes, function bodies."""
+    engine = create_engine(normalize_url(url, sync=True), poolclass=pool.NullPool)
+    try:
+        inspector = inspect(engine)
+        tables = {
+            name: (
+                [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(name)],
+                sorted((u["name"] or "", tuple(u["column_names"])) for u in inspector.get_unique_constraints(name)),
+            )
+            for name in inspector.get_table_names()
+            if name != "alembic_version"
+        }
+    finally:
+        engine.dispose()
+    functions: set[tuple[str, str]] = set()
+    if url.startswith("postgresql"):
+        with psycopg.connect(url) as conn:
+            query = "SELECT proname, prosrc FROM pg_proc WHERE proname LIKE 'approvals\\_%'"
+            functions = {(name, source) for name, source in conn.execute(query).fetchall()}
+    return {"tables": tables, "indexes": index_definitions(url, every=True), "functions": functions}
 
 
 def table_names(url: str) -> set[str]:
@@ -83,6 +134,21 @@ def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
     assert function_names(empty_db_url) == (HOT_PATH_FUNCTIONS if on_postgres else set())
 
 
+def test_every_index_is_the_one_the_models_create(empty_db_url: str, tmp_path: Path) -> None:
+    upgrade(empty_db_url)
+    backend = "postgresql" if empty_db_url.startswith("postgresql") else "sqlite"
+    with empty_database(backend, tmp_path) as models_url:
+        engine = create_engine(normalize_url(models_url, sync=True), poolclass=pool.NullPool)
+        try:
+            Base.metadata.create_all(engine)
+        finally:
+            engine.dispose()
+        created = index_definitions(models_url)
+    migrated = index_definitions(empty_db_url)
+    assert "uq_decisions_standing_approval" in created
+    assert migrated == created
+
+
 def test_a_migrated_sqlite_file_is_already_in_wal_mode(tmp_path: Path) -> None:
     # were it not, the app's first connections would each switch it to WAL as they open, and
     # when several open at once (requests, worker, webhooks) one fails with "database is locked"
@@ -101,6 +167,20 @@ def test_downgrade_base_removes_everything(empty_db_url: str) -> None:
     assert current_revision(empty_db_url) is None
     upgrade(empty_db_url)  # and back up again
     assert differences(empty_db_url) == []
+
+
+def test_each_downgrade_restores_the_schema_before_its_upgrade(empty_db_url: str) -> None:
+    script = ScriptDirectory.from_config(alembic_config(empty_db_url))
+    revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
+    before = schema_state(empty_db_url)
+    for previous, revision in pairwise(["base", *revisions]):
+        upgrade(empty_db_url, revision)
+        after = schema_state(empty_db_url)
+        downgrade(empty_db_url, previous)
+        assert schema_state(empty_db_url) == before, f"downgrading {revision} to {previous}"
+        upgrade(empty_db_url, revision)
+        assert schema_state(empty_db_url) == after, f"upgrading {previous} to {revision} again"
+        before = after
 
 
 def test_argument_search_index_exists_on_postgresql(empty_db_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -15,14 +16,15 @@ from approvals.messages import ModelRequest, UserPromptPart
 from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
 
-from .agents import email_agent, shop_agent
-from .conftest import connections_in_use
+from .agents import Gate, email_agent, shop_agent, slow_agent
+from .conftest import connections_in_use, record_refused_writes
 
 pytestmark = pytest.mark.anyio
 
 SERVICE = Actor("svc", "reviewer")
 ALICE = Actor("alice", "reviewer")
 BOB = Actor("bob", "reviewer")
+ADMIN = Actor("ada", "admin")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -140,6 +142,95 @@ async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path:
     assert await store.load_history(run_id) == []  # nothing the slow worker sent was kept
     assert (await store.get_run(run_id)).lease_owner == "fast-worker"
     assert connections_in_use(store) == 0
+
+
+async def test_an_admin_cancels_a_run_a_worker_holds_and_every_later_write_of_the_worker_is_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, registry()).resume(run_id)
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=ALICE)
+    claimed = await store.claim("w1", run_id=run_id)
+    assert claimed is not None and claimed.executing  # the refund is executing: its tool may be running
+    history = await store.load_history(run_id)
+
+    await store.cancel_run(run_id, actor=ADMIN, reason="wrong customer")
+
+    run = await store.get_run(run_id)
+    assert (run.status, run.error, run.lease_owner, run.lease_expires_at) == ("cancelled", "wrong customer", None, None)
+    statuses = {c.tool_name: c.status for c in await store.run_calls(run_id)}
+    assert statuses == {"refund": "outcome_unknown", "delete_customer": "denied"}
+    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    assert [(e.action, e.actor, e.subject_id) for e in events[-2:]] == [
+        ("run.cancelled", "ada", run_id),
+        ("call.outcome_unknown", "ada", calls["refund"].id),
+    ]
+    assert events[-2].details == {"reason": "wrong customer"}
+
+    late = [ModelRequest(parts=[UserPromptPart(content="late")])]
+    writes: list[Callable[[], Awaitable[None]]] = [
+        lambda: store.append_step(run_id, "w1", late),
+        lambda: store.mark_executing(run_id, "w1", list(claimed.executing)),
+        lambda: store.pause(run_id, "w1", late, DeferredToolRequests()),
+        lambda: store.finish(run_id, "w1", late, output="late", executing=claimed.executing),
+        lambda: store.renew_lease(run_id, "w1"),
+    ]
+    for write in writes:
+        with pytest.raises(LeaseLost) as lost:
+            await write()
+        assert lost.value.status == "cancelled"
+    assert await store.load_history(run_id) == history  # nothing the worker sent was kept
+    assert (await store.get_run(run_id)).status == "cancelled"
+    assert (await store.get_call(calls["refund"].id)).status == "outcome_unknown"
+    assert len((await store.audit_events(run_id=run_id)).items) == len(events)
+
+    settled = await store.decide(calls["refund"].id, Answer(content="Refunded in the payment system."), actor=BOB)
+    assert settled.status == "answered"  # a person settles it; the run stays cancelled
+    assert (await store.get_run(run_id)).status == "cancelled"
+    assert connections_in_use(store) == 0
+    assert (await store.verify_audit()).ok
+
+
+async def test_a_worker_inside_a_slow_tool_stops_when_its_run_is_cancelled(store: Store, db_url: str) -> None:
+    gate = Gate()
+    agents = AgentRegistry()
+    agents.register(slow_agent, deps_factory=lambda _data: gate)
+    run_id = await store.start_run("slow", "transfer 5", actor=SERVICE)
+    await Resumer(store, agents).resume(run_id)
+    [call] = await store.run_calls(run_id)
+    await store.decide(call.id, Approve(), actor=ALICE)
+    worker_db = Database(db_url)  # the worker's own connections, as in another process
+    worker_store = Store(worker_db)
+    refused = record_refused_writes(worker_store)
+    resumed: list[str | None] = []
+    try:
+        async with anyio.create_task_group() as group:
+
+            async def work() -> None:
+                resumed.append(await Resumer(worker_store, agents, worker_id="slow-worker").resume(run_id))
+
+            group.start_soon(work)
+            with anyio.fail_after(20):
+                await gate.entered.wait()  # the worker holds the run, inside the tool
+            assert (await store.get_call(call.id)).status == "executing"
+            history = await store.load_history(run_id)
+
+            await store.cancel_run(run_id, actor=ADMIN, reason="customer called")
+
+            assert (await store.get_run(run_id)).status == "cancelled"
+            assert (await store.get_call(call.id)).status == "outcome_unknown"
+            gate.opened.set()  # the tool returns; the worker tries to store its result
+    finally:
+        await worker_db.dispose()
+    assert resumed == [run_id]  # the worker stopped and came back, without an error
+    assert [lost.status for lost in refused] == ["cancelled"]  # its next write was refused, and it wrote no more
+    assert await store.load_history(run_id) == history
+    stored = await store.get_call(call.id)
+    assert (stored.status, stored.result) == ("outcome_unknown", None)
+    run = await store.get_run(run_id)
+    assert (run.status, run.error, run.output) == ("cancelled", "customer called", None)
 
 
 async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path: Path) -> None:

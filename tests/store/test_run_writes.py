@@ -86,6 +86,29 @@ async def test_a_run_that_fails_before_its_calls_run_releases_them(store: Store,
     assert (await store.verify_audit()).ok
 
 
+async def test_releasing_a_call_approved_again_after_an_unknown_outcome_restores_that_approval_only(
+    store: Store, tmp_path: Path
+) -> None:
+    run_id, ids = await decided_shop_run(store, tmp_path)
+    assert await store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None  # its lease ends at once
+    assert await store.claim("rescuer", run_id=run_id) is None
+    assert (await store.get_call(ids["refund"])).status == "outcome_unknown"
+    await store.decide(ids["refund"], Approve(), actor=ALICE)  # the same reviewer: run it again
+    claimed = await store.claim("w1", run_id=run_id)
+    assert claimed is not None and claimed.executing
+
+    await store.finish(run_id, "w1", [], error="the payment client is down", released=claimed.executing)
+
+    assert (await store.get_call(ids["refund"])).status == "approved"
+    used_up = [d.consumed_at is not None for d in await store.decisions_for(ids["refund"])]
+    assert used_up == [True, False]  # the dead worker's run used the first approval; the second stands again
+    await store.retry_run(run_id, actor=ADMIN)
+    assert await Resumer(store, AgentRegistry([shop_agent])).resume(run_id) == run_id
+    assert (await store.get_call(ids["refund"])).status == "succeeded"
+    assert tool_log(tmp_path) == ["refund A-1 450"]
+    assert (await store.verify_audit()).ok
+
+
 async def test_marking_a_call_that_is_not_approved_is_a_conflict(store: Store, tmp_path: Path) -> None:
     run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await Resumer(store, AgentRegistry([email_agent])).resume(run_id)

@@ -260,6 +260,80 @@ async def test_roles_and_own_runs(store: Store, tmp_path: Path) -> None:
         await store.decide("nope", Approve(), actor=ALICE)
 
 
+async def unknown_outcomes(store: Store, tmp_path: Path) -> tuple[str, dict[str, ToolCallRow]]:
+    """A shop run whose worker died right after its claim marked the approved calls executing.
+
+    Alice approved the refund, Alice and Bob the deletion; the claim that finds the dead
+    worker's run hands both calls back to people as `outcome_unknown` (neither tool is idempotent).
+    """
+    run_id, calls = await paused_shop_run(store, tmp_path)
+    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+    await store.decide(calls["delete_customer"].id, Approve(), actor=BOB)
+    assert await store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None  # its lease ends at once
+    assert await store.claim("rescuer", run_id=run_id) is None  # nothing safe to run
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    assert {c.status for c in calls.values()} == {"outcome_unknown"}
+    assert (await store.get_run(run_id)).status == "awaiting_approval"
+    return run_id, calls
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "told"),
+    [
+        (Approve(), "approved", 'refund returned "refunded 450"'),
+        (Deny(reason="It went through already."), "denied", "refund was denied (It went through already.)"),
+        (Answer(content="Refunded: payment 991."), "answered", 'refund returned "Refunded: payment 991."'),
+    ],
+)
+async def test_the_approver_settles_a_call_whose_outcome_is_unknown(
+    store: Store, tmp_path: Path, verdict: Any, status: str, told: str
+) -> None:
+    run_id, calls = await unknown_outcomes(store, tmp_path)
+    refund = calls["refund"]
+    with pytest.raises(Forbidden, match="started this run"):  # approving one's own run stays forbidden
+        await store.decide(refund.id, Approve(), actor=SERVICE)
+    settled = await store.decide(refund.id, verdict, actor=ALICE)  # alice approved it before it ran
+    assert (settled.status, settled.decided_by) == (status, "alice")
+    await store.decide(calls["delete_customer"].id, Deny(reason="Keep the customer."), actor=BOB)
+    assert (await store.get_run(run_id)).status == "ready"
+    assert await Resumer(store, registry()).resume(run_id) == run_id
+    run = await store.get_run(run_id)
+    assert run.status == "completed" and told in run.output
+    assert tool_log(tmp_path) == (["refund A-1 450"] if status == "approved" else [])  # approve runs it again
+    assert (await store.verify_audit()).ok
+
+
+async def test_approving_an_unknown_outcome_takes_the_quorum_again(store: Store, tmp_path: Path) -> None:
+    _, calls = await unknown_outcomes(store, tmp_path)
+    delete = calls["delete_customer"]
+    first = await store.decide(delete.id, Approve(), actor=ALICE)
+    assert first.status == "outcome_unknown"  # one of two: the approvals before it ran were used up
+    with pytest.raises(Conflict, match=r"alice' already approved .* with these arguments"):
+        await store.decide(delete.id, Approve(), actor=ALICE)  # the quorum still needs two people
+    assert (await store.decide(delete.id, Approve(), actor=BOB)).status == "approved"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status"),
+    [(Deny(reason="On second thought, no."), "denied"), (Answer(content="Done by hand."), "answered")],
+)
+async def test_a_reviewer_denies_or_answers_a_quorum_call_they_approved(
+    store: Store, tmp_path: Path, verdict: Any, status: str
+) -> None:
+    _, calls = await paused_shop_run(store, tmp_path)
+    delete = calls["delete_customer"]
+    assert (await store.decide(delete.id, Approve(), actor=ALICE)).status == "pending"  # one of two approvals
+    with pytest.raises(Conflict, match=r"already approved .* a quorum needs approvals from different people"):
+        await store.decide(delete.id, Approve(), actor=ALICE)
+    settled = await store.decide(delete.id, verdict, actor=ALICE)
+    assert (settled.status, settled.decided_by) == (status, "alice")
+    assert [(d.actor, d.verdict) for d in await store.decisions_for(delete.id)] == [
+        ("alice", "approve"),
+        ("alice", settled.verdict),
+    ]
+
+
 async def test_expiry_denies_and_the_model_reads_it(store: Store, tmp_path: Path) -> None:
     run_id = await store.start_run("mailer", "email ann", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await Resumer(store, registry()).resume(run_id)
@@ -289,6 +363,17 @@ async def test_cancel_needs_an_admin(store: Store, tmp_path: Path) -> None:
         await store.decide(calls["refund"].id, Approve(), actor=ALICE)
     with pytest.raises(Conflict, match="already ended"):
         await store.cancel_run(run_id, actor=ADMIN)
+
+
+async def test_cancelling_a_run_leaves_calls_whose_outcome_is_unknown_for_a_person(
+    store: Store, tmp_path: Path
+) -> None:
+    run_id, calls = await unknown_outcomes(store, tmp_path)
+    await store.cancel_run(run_id, actor=ADMIN, reason="stop")
+    assert {c.status for c in await store.run_calls(run_id)} == {"outcome_unknown"}  # their tools may have run
+    settled = await store.decide(calls["refund"].id, Answer(content="It was refunded."), actor=ALICE)
+    assert settled.status == "answered"
+    assert (await store.get_run(run_id)).status == "cancelled"
 
 
 async def test_inbox_keyset_pagination_and_filters(store: Store, tmp_path: Path) -> None:

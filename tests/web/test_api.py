@@ -11,13 +11,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
-from approvals.store import Actor
+from approvals.resumer import AgentRegistry, Resumer
+from approvals.store import Actor, Database, Store
 from approvals.store.queries import encode_cursor
 
-from ..store.conftest import execute
+from ..store.agents import Gate, slow_agent
+from ..store.conftest import execute, record_refused_writes
 from .conftest import WebApp
 
 pytestmark = pytest.mark.anyio
@@ -287,6 +290,53 @@ async def test_a_quorum_needs_two_different_reviewers(web: WebApp, tmp_path: Pat
     assert (await web.store.get_run(run_id)).status == "awaiting_approval"  # the refund still waits
 
 
+async def test_a_reviewer_may_deny_a_quorum_call_they_approved_but_not_approve_it_twice(
+    web: WebApp, tmp_path: Path
+) -> None:
+    _, calls = await paused_run(web, tmp_path)
+    delete = calls["delete_customer"]["id"]
+    async with session(web, "alice") as (alice, csrf):
+        first = await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "approve"}, headers=csrf)
+        assert first.json()["status"] == "pending"
+        again = await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "approve"}, headers=csrf)
+        detail = assert_problem(again, 409)["detail"]
+        assert "already approved" in detail and "a quorum needs approvals from different people" in detail
+        denied = await alice.post(
+            f"/api/calls/{delete}/decision", json={"verdict": "deny", "reason": "Wrong customer."}, headers=csrf
+        )
+        assert denied.status_code == 200, denied.text
+        assert denied.json()["status"] == "denied" and denied.json()["decided_by"] == "alice"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"verdict": "approve"}, "approved"),
+        ({"verdict": "deny", "reason": "It went through already."}, "denied"),
+        ({"verdict": "answer", "content": {"refunded": True, "payment": 991}}, "answered"),
+    ],
+)
+async def test_the_reviewer_who_approved_a_call_settles_it_when_its_outcome_is_unknown(
+    web: WebApp, tmp_path: Path, body: dict[str, Any], status: str
+) -> None:
+    run_id, calls = await paused_run(web, tmp_path)
+    refund, delete = calls["refund"]["id"], calls["delete_customer"]["id"]
+    async with session(web, "alice") as (alice, csrf):
+        approved = await alice.post(f"/api/calls/{refund}/decision", json={"verdict": "approve"}, headers=csrf)
+        assert approved.json()["status"] == "approved"
+        await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "deny", "reason": "no"}, headers=csrf)
+        # the worker that claims the run dies before the refund's outcome is stored
+        assert await web.store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
+        assert await web.store.claim("rescuer", run_id=run_id) is None
+        assert (await alice.get(f"/api/calls/{refund}")).json()["status"] == "outcome_unknown"
+
+        settled = await alice.post(f"/api/calls/{refund}/decision", json=body, headers=csrf)
+
+        assert settled.status_code == 200, settled.text
+        assert settled.json()["status"] == status and settled.json()["decided_by"] == "alice"
+        assert (await alice.get(f"/api/runs/{run_id}")).json()["status"] == "ready"
+
+
 @pytest.mark.parametrize(
     "body", [{"verdict": "deny"}, {"verdict": "deny", "reason": ""}, {"verdict": "deny", "reason": " \n"}]
 )
@@ -440,6 +490,57 @@ async def test_admins_cancel_runs_that_have_not_ended(web: WebApp, tmp_path: Pat
         assert "already ended" in assert_problem(await admin.post(f"/api/runs/{run_id}/cancel"), 409)["detail"]
         assert_problem(await admin.post(f"/api/runs/{'0' * 32}/cancel"), 404)
         assert_problem(await admin.post(f"/api/runs/{run_id}/cancel", json={"reason": "x", "by": "y"}), 422)
+
+
+async def test_an_admin_cancels_a_run_whose_worker_is_inside_a_slow_tool_and_the_worker_stops(
+    web: WebApp, db_url: str
+) -> None:
+    gate = Gate()
+    agents = AgentRegistry()
+    agents.register(slow_agent, deps_factory=lambda _data: gate)
+    run_id = await web.store.start_run("slow", "transfer 5", actor=SERVICE)
+    await Resumer(web.store, agents).resume(run_id)
+    async with web.api("viewer") as viewer:
+        [call] = (await viewer.get(f"/api/runs/{run_id}/calls")).json()["items"]
+    async with web.api("reviewer") as reviewer:
+        assert (await reviewer.post(f"/api/calls/{call['id']}/decision", json={"verdict": "approve"})).is_success
+    worker_db = Database(db_url)  # the worker's own connections, as in a worker process
+    worker_store = Store(worker_db)
+    refused = record_refused_writes(worker_store)
+    resumed: list[str | None] = []
+    try:
+        async with anyio.create_task_group() as group, web.api("admin") as admin:
+
+            async def work() -> None:
+                resumed.append(await Resumer(worker_store, agents, worker_id="slow-worker").resume(run_id))
+
+            group.start_soon(work)
+            with anyio.fail_after(20):
+                await gate.entered.wait()  # the worker holds the run, inside the tool
+            assert (await admin.get(f"/api/runs/{run_id}")).json()["status"] == "resuming"
+            history = (await admin.get(f"/api/runs/{run_id}/messages")).json()["messages"]
+
+            response = await admin.post(f"/api/runs/{run_id}/cancel", json={"reason": "customer called"})
+
+            assert response.status_code == 200, response.text
+            assert response.json()["status"] == "cancelled" and response.json()["error"] == "customer called"
+            [cancelled_call] = (await admin.get(f"/api/runs/{run_id}/calls")).json()["items"]
+            assert cancelled_call["status"] == "outcome_unknown"  # its tool may have run: a person settles it
+            gate.opened.set()  # the tool returns; the worker tries to store its result
+    finally:
+        await worker_db.dispose()
+    assert resumed == [run_id]  # the worker stopped, without an error
+    assert [lost.status for lost in refused] == ["cancelled"]  # its next write was refused, and it wrote no more
+    async with web.api("viewer") as viewer:
+        assert (await viewer.get(f"/api/runs/{run_id}/messages")).json()["messages"] == history
+        run = (await viewer.get(f"/api/runs/{run_id}")).json()
+        assert (run["status"], run["output"]) == ("cancelled", None)
+        stored = (await viewer.get(f"/api/calls/{call['id']}")).json()
+        assert (stored["status"], stored["result"]) == ("outcome_unknown", None)
+        events = (await viewer.get("/api/audit", params={"run": run_id})).json()["items"]
+    cancelled = next(e for e in events if e["action"] == "run.cancelled")
+    assert cancelled["actor"] == "token:admin-token" and cancelled["details"] == {"reason": "customer called"}
+    assert not [e for e in events if e["actor"] == "slow-worker" and e["id"] > cancelled["id"]]
 
 
 async def test_admins_retry_failed_runs_only(web: WebApp, tmp_path: Path) -> None:

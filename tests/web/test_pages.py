@@ -18,10 +18,10 @@ import httpx
 import pytest
 from pydantic import BaseModel, Field
 
-from approvals import Agent, RunContext, Tool
-from approvals.messages import ModelResponse, TextPart, ToolCallPart
+from approvals import Agent, LeaseLost, RunContext, Tool
+from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from approvals.models import TestModel
-from approvals.store import Actor, Approve
+from approvals.store import Actor, Approve, Deny
 from approvals.store.models import ToolCallRow
 from web import pages, views
 
@@ -573,6 +573,32 @@ async def test_quorum_and_own_runs_are_explained_on_the_card(web: WebApp, tmp_pa
     assert forced.status_code == 403 and "may not approve its calls" in forced.text and is_fragment(forced)
 
 
+async def test_the_approver_denies_a_quorum_call_and_settles_an_unknown_outcome_on_the_card(
+    web: WebApp, tmp_path: Path
+) -> None:
+    run_id, calls = await paused(web, tmp_path)
+    refund, delete = calls["refund"], calls["delete_customer"]
+    alice, csrf = await web.login("alice")
+    await alice.post(f"/calls/{delete.id}/approve", data={"args_digest": delete.args_digest, "csrf_token": csrf})
+    denied = await alice.post(f"/calls/{delete.id}/deny", data={"reason": "Wrong one.", "csrf_token": csrf}, headers=HX)
+    assert denied.status_code == 200, denied.text
+    assert "<strong>Denied</strong> by <strong>alice</strong>" in denied.text
+    await alice.post(f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest, "csrf_token": csrf})
+    # the worker that claims the run dies before the refund's outcome is stored
+    assert await web.store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
+    assert await web.store.claim("rescuer", run_id=run_id) is None
+    card = card_of((await alice.get(f"/calls/{refund.id}")).text, refund.id)
+    assert "it may or may not have happened" in card and f"/calls/{refund.id}/approve" in card
+
+    again = await alice.post(
+        f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest, "csrf_token": csrf}, headers=HX
+    )
+
+    assert again.status_code == 200, again.text
+    assert "<strong>Approved</strong> by <strong>alice</strong>" in again.text
+    assert (await web.store.get_run(run_id)).status == "ready"
+
+
 async def test_unknown_calls_and_runs_are_404_pages(web: WebApp) -> None:
     client, _ = await web.login("alice")
     for path in ("/calls/nope", "/runs/nope"):
@@ -623,6 +649,24 @@ async def test_admins_cancel_runs_and_others_cannot(web: WebApp, tmp_path: Path)
     assert again.status_code == 409 and "already ended (cancelled)" in again.text and is_fragment(again)
     shown = (await admin.get(f"/runs/{run_id}")).text
     assert "Reason for cancelling" in shown and "duplicate" in shown and "Cancel this run" not in shown
+
+
+async def test_admins_cancel_a_run_a_worker_holds(web: WebApp, tmp_path: Path) -> None:
+    run_id, calls = await paused(web, tmp_path)
+    await web.store.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    await web.store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("bob", "reviewer"))
+    assert await web.store.claim("w1", run_id=run_id) is not None  # the refund is executing
+    admin, csrf = await web.login("ada")
+    assert "Cancel this run" in (await admin.get(f"/runs/{run_id}")).text
+
+    response = await admin.post(f"/runs/{run_id}/cancel", data={"reason": "duplicate", "csrf_token": csrf})
+
+    assert response.status_code == 303, response.text
+    assert (await web.store.get_run(run_id)).status == "cancelled"
+    assert (await web.store.get_call(calls["refund"].id)).status == "outcome_unknown"
+    with pytest.raises(LeaseLost):  # the worker's next write
+        await web.store.append_step(run_id, "w1", [ModelRequest(parts=[UserPromptPart(content="late")])])
+    assert (await web.store.get_run(run_id)).status == "cancelled"
 
 
 # --- audit log -----------------------------------------------------------------------------

@@ -381,8 +381,10 @@ async def test_a_receiver_that_was_down_gets_everything_afterwards_in_order(web:
     with serving(Receiver(statuses=lambda attempt: 503 if down else 204)) as flaky:
         async with delivering(web, [flaky.url, receiver.url], backoff=0.02, max_backoff=0.1):
             runs = [await failed_run(web.store, f"error {i}") for i in range(5)]
-            await eventually(lambda: len(receiver.accepted) == 5 and len(flaky.attempts) >= 5)
+            await eventually(lambda: len(receiver.accepted) == 5 and len(flaky.attempts) >= 12)  # down for long
             assert flaky.accepted == []
+            tried_while_down = {d.headers["X-Approvals-Delivery"] for d in flaky.attempts}
+            assert len(tried_while_down) == 1  # the first event, again and again: the others wait behind it
             down = False
             await eventually(lambda: len(flaky.accepted) == 5)
             await anyio.sleep(0.3)

@@ -62,6 +62,8 @@ EVENTS = {
     "run.cancelled": "run.cancelled",
 }
 """Audit actions that make a webhook event, and the event's name: calls that wait for a person, runs that end."""
+_PROCESS = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+"""This process, in lease owners: with the app's store, a deliverer restarted in the same app keeps its leases."""
 _RETRY_STATUSES = frozenset({408, 429})
 _BATCH = 200
 
@@ -162,7 +164,9 @@ async def deliver_webhooks(
 
     `lease_seconds` is how long another process waits to take over the URLs of one that
     died; a POST must fit in well under it (`request_timeout`). On `stop`, a POST under way
-    gets `shutdown_grace` seconds to finish before the URLs are handed back.
+    gets `shutdown_grace` seconds to finish before the URLs are handed back. The lease owner
+    names this process and the app's store, so run one deliverer per app at a time (a
+    restarted one takes its predecessor's leases back at once).
     """
     settings = context.settings
     if not settings.webhook_urls:
@@ -173,7 +177,7 @@ async def deliver_webhooks(
     if not settings.webhook_secret:
         logger.warning("webhooks are sent unsigned: set APPROVALS_WEBHOOK_SECRET so receivers can trust them")
     cursors = WebhookCursors(context.store, lease_seconds=lease_seconds)
-    owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    owner = owner or f"{_PROCESS}:{id(context.store):x}"
     urls = list(dict.fromkeys(settings.webhook_urls))
     await _open_cursors(cursors, urls, stop, poll_interval)
     task_status.started()
@@ -252,8 +256,9 @@ class _Deliverer:
                     continue
                 logger.info("webhooks: delivering to %s from event %d", self.site, lease.last_event_id)
                 await self._hold(lease, changes)
-            except LeaseLost as exc:
+            except LeaseLost as exc:  # another process took the URL over, or its cursor row is gone
                 logger.warning("webhooks: %s", exc)
+                await self._reopen()
             except Exception:
                 logger.exception(
                     "webhooks: delivery to %s failed; trying again in %.0fs", self.site, options.poll_interval
@@ -350,7 +355,7 @@ class _Deliverer:
             holder.lease = await self.cursors.renew(holder.lease)
 
     async def _reopen(self) -> None:
-        """After an error: make sure the URL still has its cursor (someone may have deleted the row)."""
+        """After an error: make sure the URL still has its cursor (a deleted row starts again at the log's head)."""
         try:
             await self.cursors.open(self.endpoint, self.site)
         except Exception:

@@ -24,6 +24,7 @@ import anyio.abc
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Actor, Approve, Database, Deny, Store
@@ -577,3 +578,37 @@ def test_two_served_processes_with_a_restart_deliver_every_event_once_in_order(
     assert [e["run_id"] for e in receiver.events()] == runs
     assert receiver.accepted_ids() == sorted(set(receiver.accepted_ids()))  # once each, in order
     assert len(receiver.attempts) == 7 and all(d.signed for d in receiver.attempts)
+
+
+async def test_database_errors_while_delivering_lose_nothing_and_mark_nothing_undelivered(
+    web: WebApp, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failures = {"events_after": 1, "advance": 1}
+
+    def just_delivered(args: tuple[Any, ...]) -> bool:
+        """The cursor is to move to the event the receiver just accepted (not over events that make no webhook)."""
+        return bool(receiver.accepted_ids()) and args[1] == receiver.accepted_ids()[-1]
+
+    def failing_once(name: str, when: Callable[[tuple[Any, ...]], bool] = lambda args: True) -> Callable[..., Any]:
+        original = getattr(WebhookCursors, name)
+
+        async def method(self: WebhookCursors, *args: Any, **kwargs: Any) -> Any:
+            if failures[name] > 0 and when(args):
+                failures[name] -= 1
+                raise OperationalError("SELECT 1", {}, Exception("the database went away"))
+            return await original(self, *args, **kwargs)
+
+        return method
+
+    async with delivering(web, [receiver.url], poll_interval=0.05):
+        monkeypatch.setattr(WebhookCursors, "events_after", failing_once("events_after"))
+        monkeypatch.setattr(WebhookCursors, "advance", failing_once("advance", when=just_delivered))
+        runs = [await failed_run(web.store, f"error {i}") for i in range(3)]
+        await eventually(lambda: len(receiver.accepted) == 3)
+        await anyio.sleep(0.3)
+        cursor = await cursor_of(web, receiver.url)
+    assert failures == {"events_after": 0, "advance": 0}
+    assert [e["run_id"] for e in receiver.events()] == runs
+    ids = receiver.accepted_ids()
+    assert ids[0] == ids[1] and ids[1:] == sorted(set(ids))  # the first, sent again: its cursor write failed
+    assert cursor is not None and cursor.last_event_id >= ids[-1]

@@ -242,7 +242,7 @@ async def test_a_dead_receiver_is_retried_without_end_and_holds_up_only_its_own_
     assert [e["error"] for e in healthy.events()] == ["first", "second"]
     tried = {d.event["run_id"] for d in broken.attempts}
     assert tried == {first}  # its second event waits behind the first, in order
-    assert cursor is not None and cursor.failures >= 8 and cursor.last_error == "HTTP 500"
+    assert cursor is not None and cursor.failures >= 7 and cursor.last_error == "HTTP 500"  # 8 tries, 1 maybe in flight
     assert cursor.last_event_id < int(broken.attempts[0].headers["X-Approvals-Delivery"])
 
 

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     worker_poll_interval: float = Field(default=DEFAULT_POLL_INTERVAL, gt=0)
     """Longest wait between looks for ready runs when no wake-up comes."""
     webhook_urls: list[str] = Field(default_factory=list)
-    """URLs that receive a signed POST when a call becomes pending and when a run finishes."""
+    """URLs that get a signed POST when a call needs a person and when a run ends; once each, in order, durably."""
     webhook_secret: str | None = Field(default=None, repr=False)
     """HMAC key for webhook signatures."""
     expiring_soon_seconds: int = 15 * 60

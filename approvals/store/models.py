@@ -258,3 +258,29 @@ class ApiTokenRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class WebhookCursorRow(Base):
+    """How far delivery to one webhook URL got, and which process delivers to it now (a lease).
+
+    The audit log is the outbox: `last_event_id` is the last audit event delivered to the URL
+    (or passed over as not a webhook event), so nothing after it is lost across restarts. The
+    lease makes one process at a time the URL's deliverer, whatever number of web processes run.
+    """
+
+    __tablename__ = "webhook_cursors"
+
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the URL: URLs often carry a token, so the URL itself is not stored."""
+    site: Mapped[str] = mapped_column(String(300))
+    """Scheme and host of the URL, for people reading the table."""
+    last_event_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    """Failed tries of the event after the cursor; 0 once it is delivered."""
+    last_error: Mapped[str | None] = mapped_column(Text)
+    """The latest failure or refusal, kept after delivery recovers."""
+    last_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.store.conftest import anyio_backend, db_url, postgres_url, sqlite_template
+from tests.store.conftest import anyio_backend, db_url, postgres_url, sqlite_template, store
 
-__all__ = ("REPORTS", "anyio_backend", "db_url", "postgres_url", "sqlite_template")
+__all__ = ("REPORTS", "anyio_backend", "db_url", "postgres_url", "sqlite_template", "store")
 
 REPORTS: list[str] = []
 

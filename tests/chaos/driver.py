@@ -11,12 +11,12 @@ Kill points come from one seeded RNG (`CHAOS_SEED`), two ways:
 Timing decides the rest (which run a worker claims, where a kill from outside lands), so a
 seed replays the same schedule of kills and verdicts, not the same interleaving.
 
-Dead workers are replaced at once. Pending calls are approved (two reviewers where two are
-needed), now and then denied or answered instead; a call left `outcome_unknown` is settled
-as a person would: answered when the execution log shows it ran, or when its worker may
-still be alive; approved again when it never ran and its worker is dead. The run never
-started by a reviewer who decides its calls. Kills stop at the target; the driver then
-waits until every run completed, or fails at the deadline saying which runs are stuck where.
+Dead workers are replaced at once. Reviewers (never the actor who started the runs) approve
+pending calls (two where two are needed), now and then deny or answer them instead; a call
+left `outcome_unknown` is settled as a person would: answered when the execution log shows
+it ran, or when its worker may still be alive; approved again when it never ran and its
+worker is dead. Kills stop at the target; the driver then waits until every run completed,
+or fails at the deadline saying which runs are stuck where.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from sqlalchemy import select
 
 from approvals.exceptions import Conflict
-from approvals.store import Actor, Answer, Approve, Deny, Store
+from approvals.store import Actor, Answer, Approve, Deny, Store, Verdict
 from approvals.store.models import RunRow, ToolCallRow
 
 from .agent import AGENT_NAME, HOOK_POINTS, read_executions, read_phases
@@ -213,6 +213,7 @@ class Chaos:
             text = worker.log_tail(lines=100_000)
             self.tally.worker_log["lost a lease"] += text.count("lost the lease")
             self.tally.worker_log["could not record progress"] += text.count("could not record its progress")
+            self.tally.worker_log["LeaseLost logged as an error"] += text.count("exceptions.LeaseLost:")
             self.tally.worker_log["tracebacks"] += text.count("Traceback")
         self.tally.seconds = time.monotonic() - self.started
         return self.tally
@@ -363,24 +364,22 @@ class Chaos:
         return "approve" if roll < 0.88 else "deny" if roll < 0.95 else "answer"
 
     async def _approve(self, call: ToolCallRow) -> bool:
-        """Approve with reviewers new to this call until it is approved; False when refused."""
+        """Approve as reviewers new to this call until it is approved; False when refused."""
         while True:
-            try:
-                row = await self.store.decide(call.id, Approve(), actor=await self._fresh_reviewer(call))
-            except Conflict as exc:
-                self.note(f"approving {call.tool_call_id} of {call.run_id[:8]} refused: {exc}")
-                return False
-            if row.status not in ("pending", "outcome_unknown"):
-                return True
+            row = await self._decide_as(await self._fresh_reviewer(call), call, Approve())
+            if row is None or row.status not in ("pending", "outcome_unknown"):
+                return row is not None
 
     async def _settle(self, call: ToolCallRow, verdict: Deny | Answer) -> bool:
-        """Deny or answer as a reviewer new to this call (one who approved it before may not); False when refused."""
+        """Deny or answer as a reviewer new to this call; False when refused."""
+        return await self._decide_as(await self._fresh_reviewer(call), call, verdict) is not None
+
+    async def _decide_as(self, reviewer: Actor, call: ToolCallRow, verdict: Verdict) -> ToolCallRow | None:
         try:
-            await self.store.decide(call.id, verdict, actor=await self._fresh_reviewer(call))
+            return await self.store.decide(call.id, verdict, actor=reviewer)
         except Conflict as exc:
-            self.note(f"deciding {call.tool_call_id} of {call.run_id[:8]} refused: {exc}")
-            return False
-        return True
+            self.note(f"{type(verdict).__name__} of {call.tool_call_id} of {call.run_id[:8]} refused: {exc}")
+            return None
 
     async def _fresh_reviewer(self, call: ToolCallRow) -> Actor:
         used = {decision.actor for decision in await self.store.decisions_for(call.id)}
@@ -390,17 +389,30 @@ class Chaos:
         raise ChaosFailure(await self.diagnosis(f"ran out of reviewers for call {call.id}"))
 
     async def _settle_unknown(self, call: ToolCallRow, ran: bool) -> None:
-        """Settle a call whose worker died mid-execution, as a person checking the outside world would."""
+        """Settle a call whose worker died mid-execution, as a person checking the outside world would.
+
+        The reviewer who approved it tries first, as they would; the store refuses any verdict
+        of theirs on a call they approved (one decision per reviewer and arguments), which is
+        counted, and a reviewer new to the call settles it instead.
+        """
         events = await self.store.audit_events(action="call.executing", run_id=call.run_id, limit=100)
         holder = next((e.actor for e in events.items if e.subject_id == call.id), "")
         worker = self.workers.get(holder.removeprefix("chaos-"))
+        verdict: Verdict
         if not ran and worker is not None and not worker.alive:
-            how = "approved again (never ran, its worker is dead)"
-            settled = await self._approve(call)
+            how, verdict = "approved again (never ran, its worker is dead)", Approve()
         else:
             how = "answered (it ran)" if ran else "answered (its worker may still run it)"
-            happened = "it happened" if ran else "nobody can tell"
-            settled = await self._settle(call, Answer(content=f"{call.tool_name}: {happened}"))
+            verdict = Answer(content=f"{call.tool_name}: {'it happened' if ran else 'nobody can tell'}")
+        approvers = [d.actor for d in await self.store.decisions_for(call.id) if d.verdict in ("approve", "edit")]
+        settled = False
+        if approvers:
+            row = await self._decide_as(Actor(approvers[-1], "reviewer"), call, verdict)
+            if row is None:
+                self.tally.settled_unknown["refused to the reviewer who approved the call"] += 1
+            settled = row is not None and row.status not in ("pending", "outcome_unknown")
+        if not settled:
+            settled = await self._approve(call) if isinstance(verdict, Approve) else await self._settle(call, verdict)
         if settled:
             self.tally.settled_unknown[how] += 1
             self.note(f"outcome_unknown {call.tool_call_id} ({call.tool_name}) of {call.run_id[:8]}: {how}")

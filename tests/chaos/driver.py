@@ -186,6 +186,7 @@ class Chaos:
     async def run(self) -> Tally:
         """Run the session to its end; `ChaosFailure` when runs are still unfinished at the deadline."""
         self.note(f"seed {self.config.seed}, {self.config}")
+        failure: BaseException | None = None
         with (self.workdir / "launcher.log").open("wb") as launcher_log:
             process = await anyio.open_process(
                 [sys.executable, "-m", "tests.chaos.worker", "launcher", self.url],
@@ -203,12 +204,18 @@ class Chaos:
                         await self._ready.wait()
                     await self._loop()
                     await self._stop_workers()
+                except (ChaosFailure, TimeoutError) as exc:  # raised here, not wrapped in the task group's group
+                    failure = exc
                 finally:
                     with anyio.CancelScope(shield=True):
                         await process.stdin.aclose()  # the launcher kills what is left and exits
                         with anyio.move_on_after(20):
                             await process.wait()
                     group.cancel_scope.cancel()
+        if isinstance(failure, TimeoutError):
+            raise ChaosFailure(f"the launcher did not start: {(self.workdir / 'launcher.log').read_text()[-3000:]}")
+        if failure is not None:
+            raise failure
         for worker in self.workers.values():
             text = worker.log_tail(lines=100_000)
             self.tally.worker_log["lost a lease"] += text.count("lost the lease")

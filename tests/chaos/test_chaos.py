@@ -28,9 +28,12 @@ async def test_workers_killed_at_random_lose_no_run_run_no_call_twice_and_leave_
     store = Store(database)
     try:
         chaos = Chaos(store, db_url, tmp_path, config)
+        failure: str | None = None
         try:
             tally = await chaos.run()
-        except ChaosFailure as failure:
+        except ChaosFailure as exc:
+            failure = str(exc)
+        if failure is not None:
             REPORTS.append(f"{backend}: FAILED, {config.replay(backend)}")
             pytest.fail(f"{config.replay(backend)}\n{failure}", pytrace=False)
         findings = await check_promises(store, chaos.run_ids, chaos.log_path)

@@ -49,11 +49,19 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+CLAIMING = "(claiming)"
+"""Where a claim in progress is recorded among the runs in flight."""
+
+
 class ChaosStore(Store):
     """A store whose run writes pass the process's hooks before and after they happen."""
 
     async def claim(self, *args: Any, **kwargs: Any) -> ClaimedRun | None:
-        claimed = await super().claim(*args, **kwargs)
+        PROCESS.at(CLAIMING, "claim:in")  # a kill now lands inside a claim, whether or not it finds a run
+        try:
+            claimed = await super().claim(*args, **kwargs)
+        finally:
+            PROCESS.at(CLAIMING, "claim:in", done=True)
         if claimed is not None:
             PROCESS.at(claimed.run_id, "claim:after")
         return claimed
@@ -84,7 +92,7 @@ async def _hooked(run_id: str, name: str, write: Awaitable[None], *, done: bool 
 
 def _committing(_connection: Any) -> None:
     """An ORM transaction is about to commit: a kill point while runs are in flight (not for idle polls)."""
-    if PROCESS.where:
+    if any(run != CLAIMING for run in PROCESS.where):
         PROCESS.cross("commit")
 
 

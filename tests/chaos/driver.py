@@ -92,10 +92,13 @@ class ChaosConfig:
         )
 
     def replay(self, backend: str) -> str:
-        """The command that replays this schedule."""
+        """The command that replays this schedule (with the other `CHAOS_` settings of this session)."""
+        settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("CHAOS_")}
+        settings.update(CHAOS_SEED=str(self.seed), CHAOS_TRIALS=str(self.kills))
+        assignments = " ".join(f"{k}={v}" for k, v in settings.items())
         return (
-            f"seed {self.seed}; replay: CHAOS_SEED={self.seed} CHAOS_TRIALS={self.kills} "
-            f".venv/bin/pytest -p no:cacheprovider tests/chaos -k {backend}"
+            f"seed {self.seed}; replay: {assignments} "
+            f".venv/bin/pytest -p no:cacheprovider tests/chaos/test_chaos.py -k {backend}"
         )
 
 

@@ -2,8 +2,9 @@
 
 - no run lost or stuck: every run the driver started exists and completed, and holds no lease;
 - no call executed twice: a non-idempotent call ran at most once, a `succeeded` call exactly
-  once (an idempotent one at least once), a denied call never, and each stored result is
-  the nonce of an execution the log recorded;
+  once (an idempotent one at least once: a crash may retry it), a denied call never, an
+  answered one only if it was `outcome_unknown` first, and each stored result is the nonce
+  of an execution the log recorded;
 - no gap: a run's message sequence numbers are 0..n-1 with n its message count, and each
   step is stored whole (every tool call of a model response gets exactly one result before
   the next response, and the run has all the script's steps);
@@ -55,6 +56,13 @@ async def check_promises(store: Store, run_ids: Sequence[str], log_path: Path) -
             seqs[run_id].append(seq)
         calls = list((await session.scalars(select(ToolCallRow))).all())
         actions = Counter((await session.scalars(select(AuditEventRow.action))).all())
+        unknown = set(
+            (
+                await session.scalars(
+                    select(AuditEventRow.subject_id).where(AuditEventRow.action == "call.outcome_unknown")
+                )
+            ).all()
+        )
     executions: dict[tuple[str, str], list[Execution]] = {}
     for execution in read_executions(log_path):
         executions.setdefault((execution.run_id, execution.tool_call_id), []).append(execution)
@@ -109,6 +117,8 @@ async def check_promises(store: Store, run_ids: Sequence[str], log_path: Path) -
             problem(f"run {run_id}: call {tool_call_id} ({tool}) executed but was never a stored call")
         if row is not None and row.status == "denied":
             problem(f"run {run_id}: call {tool_call_id} ({tool}) was denied, yet executed {len(ran)} times")
+        if row is not None and row.status == "answered" and row.id not in unknown:
+            problem(f"run {run_id}: call {tool_call_id} ({tool}) was answered instead of run, yet executed")
     for call in calls:
         ran = executions.get((call.run_id, call.tool_call_id), [])
         found.stats[f"calls {call.status}"] += 1

@@ -53,6 +53,10 @@ DAMAGE = {
         """UPDATE tool_calls SET result = '"refund:forged"' WHERE tool_name = 'refund'""",
         "which no execution returned",
     ),
+    "an answered call that ran": (
+        "UPDATE tool_calls SET status = 'answered' WHERE tool_name = 'refund'",
+        "was answered instead of run, yet executed",
+    ),
     "a call left open": ("UPDATE tool_calls SET status = 'outcome_unknown' WHERE tool_name = 'ship'", "left outcome"),
 }
 

@@ -25,7 +25,7 @@ export APPROVALS_LLM_SERVER_PYTHON := $(LLM_ENV)/bin/python
 export APPROVALS_LLM_MODEL := $(LLM_MODEL)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help install browser llm-server lint fmt test bench run clean
+.PHONY: help install browser llm-server lint fmt test chaos bench run clean
 
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ fmt: install ## Format and auto-fix with ruff.
 
 test: install browser llm-server lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
 	$(RUN) pytest
+
+chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).
+	CHAOS_TRIALS=$${CHAOS_TRIALS:-300} $(RUN) pytest -p no:cacheprovider tests/chaos
 
 bench: install llm-server ## Run the benchmarks in bench/ and print their numbers.
 	@for f in bench/bench_*.py; do echo "== $$f"; $(RUN) python $$f || exit 1; done

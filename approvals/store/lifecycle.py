@@ -256,6 +256,7 @@ class RunLifecycle(StoreBase):
                     "call",
                     call.id,
                     run_id=run.id,
+                    agent_name=run.agent_name,
                     tool_name=call.tool_name,
                     details={"reason": "worker died while the call ran; the tool is idempotent"},
                 )
@@ -268,6 +269,7 @@ class RunLifecycle(StoreBase):
                     "call",
                     call.id,
                     run_id=run.id,
+                    agent_name=run.agent_name,
                     tool_name=call.tool_name,
                     details={"reason": "worker died while the call ran; it may or may not have happened"},
                 )

@@ -233,25 +233,6 @@ class Queries(StoreBase):
         async with self.db.read() as session:
             return await session.scalar(select(func.max(AuditEventRow.id))) or 0
 
-    async def audit_events_after(
-        self, last_id: int, *, actions: Sequence[str] | None = None, limit: int = 500
-    ) -> list[AuditEventRow]:
-        """Events with an id above `last_id`, oldest first: for readers that follow the log (webhooks).
-
-        Appends are serialized until commit, so ids become visible in order and following
-        them never skips an event.
-        """
-        query = (
-            select(AuditEventRow)
-            .where(AuditEventRow.id > last_id)
-            .order_by(AuditEventRow.id)
-            .limit(max(1, min(limit, 10_000)))
-        )
-        if actions is not None:
-            query = query.where(AuditEventRow.action.in_(list(actions)))
-        async with self.db.read() as session:
-            return list((await session.scalars(query)).all())
-
     async def verify_audit(self) -> AuditVerification:
         """Check the audit log's hash chain end to end."""
         async with self.db.read() as session:

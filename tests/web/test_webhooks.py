@@ -347,6 +347,7 @@ async def test_cancelled_runs_and_calls_whose_outcome_is_unknown_are_posted(
         **unknown_1,
         "event": "call.outcome_unknown",
         "run_id": crashed,
+        "agent": "shop",
         "call_id": refund[crashed].id,
         "tool": "refund",
     }

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -26,6 +26,7 @@ from approvals.supervise import Supervisor
 from . import api, health, login, pages, problems
 from .auth import LoginRequired
 from .context import AppContext
+from .hardening import SecurityMiddleware, reject_nul_in_url
 from .settings import Settings
 from .templating import render
 
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         docs_url="/api/docs",
         redoc_url=None,
         openapi_url="/api/openapi.json",
+        dependencies=[Depends(reject_nul_in_url)],
     )
     app.add_middleware(
         SessionMiddleware,
@@ -100,6 +102,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         same_site="lax",
         https_only=settings.cookie_secure,
     )
+    app.add_middleware(SecurityMiddleware, max_body_bytes=settings.max_request_bytes)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(health.router)
     app.include_router(login.router)

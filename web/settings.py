@@ -39,5 +39,7 @@ class Settings(BaseSettings):
     """URLs that get a signed POST when a call needs a person and when a run ends; once each, in order, durably."""
     webhook_secret: str | None = Field(default=None, repr=False)
     """HMAC key for webhook signatures."""
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest request body accepted; bigger ones get 413 before they are read."""
     expiring_soon_seconds: int = 15 * 60
     """Calls that expire within this many seconds are marked in the inbox."""

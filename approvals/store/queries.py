@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -39,6 +40,10 @@ def encode_cursor(*values: Any) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+_UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+"""NUL (PostgreSQL refuses it in text) and lone surrogates (not UTF-8): never sent to the database."""
+
+
 def decode_cursor(cursor: str, kinds: Sequence[type]) -> list[Any]:
     """Parse a cursor made by `encode_cursor`; a malformed one is a clear `UserError`."""
     try:
@@ -61,7 +66,7 @@ def _cursor_value(value: Any, kind: type) -> Any:
         if type(value) is not int or not 0 <= value < 2**63:
             raise ValueError("integer out of range")
         return value
-    if not isinstance(value, str) or "\x00" in value or len(value) > 200:
+    if not isinstance(value, str) or len(value) > 200 or _UNSTORABLE_TEXT.search(value):
         raise ValueError("bad string")
     return value
 

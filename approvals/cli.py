@@ -357,8 +357,10 @@ def audit_export(
     database_url: DatabaseOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Export the whole audit log, oldest first, with progress."""
+    """Export the whole audit log, oldest first, with progress (CSV cells are spreadsheet-safe)."""
     import csv
+
+    from .audit_csv import CSV_COLUMNS, csv_row
 
     settings = settings_for(config, database_url)
     if fmt not in ("jsonl", "csv"):
@@ -371,16 +373,16 @@ def audit_export(
         with output.open("w", newline="") as handle, typer.progressbar(length=0, label="exporting") as bar:
             writer = csv.writer(handle) if fmt == "csv" else None
             if writer:
-                writer.writerow(columns)
+                writer.writerow(CSV_COLUMNS)
             cursor: str | None = None
             while True:
                 page = await store.audit_events(after=cursor, limit=5000, newest_first=False)
                 for event in page.items:
-                    row = {c: getattr(event, c) for c in columns}
-                    row["at"] = event.at.isoformat()
                     if writer:
-                        writer.writerow([json.dumps(v) if c == "details" else v for c, v in row.items()])
+                        writer.writerow(csv_row(event))
                     else:
+                        row = {c: getattr(event, c) for c in columns}
+                        row["at"] = event.at.isoformat()
                         handle.write(json.dumps(row, default=str) + "\n")
                 written += len(page.items)
                 bar.update(len(page.items))

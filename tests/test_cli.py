@@ -137,3 +137,17 @@ def test_worker_stops_cleanly_on_sigterm(db: str) -> None:
         time.sleep(0.5)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 0
+
+
+def test_the_csv_export_never_hands_a_spreadsheet_a_formula(db: str, tmp_path: Path) -> None:
+    import csv
+
+    code, out = run("users", "add", "=HYPERLINK(1)", "--role", "viewer", "--database-url", db)
+    assert code == 0, out
+    exported = tmp_path / "audit.csv"
+    code, out = run("audit", "export", "--format", "csv", "--output", str(exported), "--database-url", db)
+    assert code == 0, out
+    rows = list(csv.DictReader(exported.open(newline="")))
+    created = next(r for r in rows if r["action"] == "user.created")
+    assert created["subject_id"] == "'=HYPERLINK(1)"
+    assert set(rows[0]) >= {"id", "actor", "agent", "tool", "details", "prev_hash", "hash"}

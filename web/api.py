@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, assert_never
 
@@ -19,6 +18,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Reques
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from approvals.audit_csv import CSV_COLUMNS, csv_row
 from approvals.exceptions import UserError
 from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdict
 from approvals.store.models import AuditEventRow
@@ -376,20 +376,16 @@ async def verify_audit(actor: ViewerAPI, context: ContextDep) -> AuditVerificati
     return AuditVerificationOut.from_result(await context.store.verify_audit())
 
 
-_CSV_COLUMNS = ("id", "at", "actor", "action", "subject_type", "subject_id", "run_id", "agent", "tool", "details")
-_CSV_COLUMNS_WITH_HASHES = (*_CSV_COLUMNS, "prev_hash", "hash")
-
-
 async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "jsonl"]) -> AsyncIterator[str]:
     head = await store.last_audit_event_id()
     after: str | None = None
     if format == "csv":
-        yield _csv_lines([_CSV_COLUMNS_WITH_HASHES])
+        yield _csv_lines([CSV_COLUMNS])
     while True:
         page = await store.audit_events(**filters.store_filters(), after=after, limit=1_000, newest_first=False)
         rows = [row for row in page.items if row.id <= head]
         if rows:
-            yield _csv_lines(_csv_row(r) for r in rows) if format == "csv" else _jsonl(rows)
+            yield _csv_lines(csv_row(r) for r in rows) if format == "csv" else _jsonl(rows)
         if page.next_cursor is None or len(rows) < len(page.items):
             return
         after = page.next_cursor
@@ -397,25 +393,6 @@ async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "j
 
 def _jsonl(rows: list[AuditEventRow]) -> str:
     return "".join(AuditEventOut.from_row(row).model_dump_json() + "\n" for row in rows)
-
-
-def _csv_row(row: AuditEventRow) -> list[str]:
-    event = AuditEventOut.from_row(row)
-    details = json.dumps(event.details, sort_keys=True, ensure_ascii=False) if event.details is not None else ""
-    return [
-        str(event.id),
-        event.at.isoformat(),
-        *(_no_formula(v or "") for v in (event.actor, event.action, event.subject_type, event.subject_id)),
-        *(_no_formula(v or "") for v in (event.run_id, event.agent, event.tool)),
-        details,
-        event.prev_hash,
-        event.hash,
-    ]
-
-
-def _no_formula(cell: str) -> str:
-    """Spreadsheets run cells that start with these as formulas (CSV injection)."""
-    return "'" + cell if cell.startswith(("=", "+", "-", "@", "\t", "\r")) else cell
 
 
 def _csv_lines(rows: Any) -> str:

@@ -147,7 +147,8 @@ def test_the_csv_export_never_hands_a_spreadsheet_a_formula(db: str, tmp_path: P
     exported = tmp_path / "audit.csv"
     code, out = run("audit", "export", "--format", "csv", "--output", str(exported), "--database-url", db)
     assert code == 0, out
-    rows = list(csv.DictReader(exported.open(newline="")))
+    with exported.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
     created = next(r for r in rows if r["action"] == "user.created")
     assert created["subject_id"] == "'=HYPERLINK(1)"
     assert set(rows[0]) >= {"id", "actor", "agent", "tool", "details", "prev_hash", "hash"}

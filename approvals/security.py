@@ -6,11 +6,12 @@ Nothing here logs or returns a secret except `new_token`, whose plaintext is sho
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+
+from .webhook_signature import sign_webhook
 
 __all__ = (
     "TOKEN_PREFIX",
@@ -58,5 +59,5 @@ def hash_token(token: str) -> str:
 
 
 def sign_payload(secret: str, body: bytes, timestamp: str) -> str:
-    """HMAC-SHA256 over `timestamp.body`, hex: receivers recompute it to trust a webhook."""
-    return hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    """HMAC-SHA256 over `timestamp.body`, hex: receivers check it with `approvals.webhook_signature`."""
+    return sign_webhook(secret, body, timestamp)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from approvals.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
@@ -38,8 +39,34 @@ class Settings(BaseSettings):
     webhook_urls: list[str] = Field(default_factory=list)
     """URLs that get a signed POST when a call needs a person and when a run ends; once each, in order, durably."""
     webhook_secret: str | None = Field(default=None, repr=False)
-    """HMAC key for webhook signatures."""
+    """HMAC key for webhook signatures, for every URL without one of its own in `webhook_secrets`."""
+    webhook_secrets: dict[str, str] = Field(default_factory=dict, repr=False)
+    """A secret per webhook URL (JSON object URL -> secret), so one leaked secret exposes one receiver."""
+    webhook_allow_unsigned: bool = False
+    """Send webhooks to URLs without a secret (unsigned); refused at start-up unless set."""
+
+    @model_validator(mode="after")
+    def _webhooks_are_signed(self) -> Settings:
+        unsigned = [url for url in self.webhook_urls if not self.secret_for_webhook(url)]
+        if unsigned and not self.webhook_allow_unsigned:
+            shown = ", ".join(webhook_site(url) for url in unsigned)
+            raise ValueError(
+                f"webhook URLs without a secret ({shown}): set APPROVALS_WEBHOOK_SECRET or APPROVALS_WEBHOOK_SECRETS, "
+                "or APPROVALS_WEBHOOK_ALLOW_UNSIGNED=true to send them unsigned"
+            )
+        return self
+
+    def secret_for_webhook(self, url: str) -> str | None:
+        """The key that signs deliveries to `url`: its own, else the shared one."""
+        return self.webhook_secrets.get(url) or self.webhook_secret
+
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest request body accepted; bigger ones get 413 before they are read."""
     expiring_soon_seconds: int = 15 * 60
     """Calls that expire within this many seconds are marked in the inbox."""
+
+
+def webhook_site(url: str) -> str:
+    """Scheme and host only: a webhook URL may carry a token in its path or query."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}"

@@ -36,7 +36,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -49,6 +48,7 @@ from approvals.store.models import AuditEventRow
 from approvals.store.outbox import WEBHOOKS_CHANNEL, CursorLease, WebhookCursors
 
 from .context import AppContext
+from .settings import webhook_site
 
 __all__ = ("EVENTS", "SendResult", "WebhookEvent", "deliver_webhooks", "endpoint_key", "event_for", "send_event")
 
@@ -174,8 +174,9 @@ async def deliver_webhooks(
         return
     if request_timeout >= lease_seconds / 2:
         raise ValueError("request_timeout must be under half of lease_seconds: a POST must end while the lease holds")
-    if not settings.webhook_secret:
-        logger.warning("webhooks are sent unsigned: set APPROVALS_WEBHOOK_SECRET so receivers can trust them")
+    for url in settings.webhook_urls:
+        if not settings.secret_for_webhook(url):  # allowed by APPROVALS_WEBHOOK_ALLOW_UNSIGNED only
+            logger.warning("webhooks to %s are sent unsigned: its receiver cannot trust them", webhook_site(url))
     cursors = WebhookCursors(context.store, lease_seconds=lease_seconds)
     owner = owner or f"{_PROCESS}:{id(context.store):x}"
     urls = list(dict.fromkeys(settings.webhook_urls))
@@ -188,7 +189,7 @@ async def deliver_webhooks(
         listening.start_soon(_listen, context.store, changes, released, poll_interval)
         async with anyio.create_task_group() as deliverers:
             for url in urls:
-                deliverer = _Deliverer(url, owner, cursors, client, settings.webhook_secret, stop, options)
+                deliverer = _Deliverer(url, owner, cursors, client, settings.secret_for_webhook(url), stop, options)
                 deliverers.start_soon(deliverer.run, changes, released)
         listening.cancel_scope.cancel()
 
@@ -236,7 +237,7 @@ class _Deliverer:
     ) -> None:
         self.url = url
         self.endpoint = endpoint_key(url)
-        self.site = _site(url)
+        self.site = webhook_site(url)
         self.owner = owner
         self.cursors = cursors
         self.client = client
@@ -373,7 +374,7 @@ async def _open_cursors(cursors: WebhookCursors, urls: Sequence[str], stop: anyi
     while not stop.is_set():
         try:
             for url in urls:
-                await cursors.open(endpoint_key(url), _site(url))
+                await cursors.open(endpoint_key(url), webhook_site(url))
             return
         except Exception:
             logger.exception("webhooks: cannot reach the database; trying again in %.0fs", poll_interval)
@@ -419,9 +420,3 @@ async def _wait(woken: anyio.Event, stop: anyio.Event, seconds: float) -> None:
 
             group.start_soon(wake_on, woken.wait)
             group.start_soon(wake_on, stop.wait)
-
-
-def _site(url: str) -> str:
-    """Scheme and host only: webhook URLs often carry secrets in their path or query."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}"

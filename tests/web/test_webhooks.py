@@ -30,6 +30,7 @@ from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Actor, Approve, Database, Deny, Store
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
+from approvals.webhook_signature import verify_webhook
 from web.app import create_app
 from web.settings import Settings
 from web.webhooks import deliver_webhooks, endpoint_key
@@ -613,3 +614,21 @@ async def test_database_errors_while_delivering_lose_nothing_and_mark_nothing_un
     ids = receiver.accepted_ids()
     assert ids[0] == ids[1] and ids[1:] == sorted(set(ids))  # the first, sent again: its cursor write failed
     assert cursor is not None and cursor.last_event_id >= ids[-1]
+
+
+async def test_a_url_with_a_secret_of_its_own_gets_deliveries_signed_with_it(
+    web: WebApp, tmp_path: Path, receiver: Receiver
+) -> None:
+    context = web.app.state.context
+    settings = context.settings.model_copy(
+        update={"webhook_urls": [receiver.url], "webhook_secret": SECRET, "webhook_secrets": {receiver.url: "own"}}
+    )
+    stop = anyio.Event()
+    async with anyio.create_task_group() as group:
+        await group.start(functools.partial(deliver_webhooks, dataclasses.replace(context, settings=settings), stop))
+        await paused_run(web, tmp_path)
+        await eventually(lambda: len(receiver.accepted) >= 1)
+        stop.set()
+    delivery = receiver.accepted[0]
+    assert not delivery.signed, "not with the shared secret"
+    verify_webhook(delivery.body, delivery.headers, "own")

@@ -23,7 +23,7 @@ from approvals.store import Database, Store
 from approvals.store.errors import describe, is_transient
 from approvals.supervise import Supervisor
 
-from . import api, health, login, pages, problems
+from . import api, docs, health, login, pages, problems
 from .auth import LoginRequired
 from .context import AppContext
 from .hardening import SecurityMiddleware, reject_nul_in_url
@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         title="approvals",
         summary="Human-in-the-loop approval of LLM agents' tool calls",
         lifespan=lifespan,
-        docs_url="/api/docs",
+        docs_url=None,  # web.docs serves it from vendored files
         redoc_url=None,
         openapi_url="/api/openapi.json",
         dependencies=[Depends(reject_nul_in_url)],
@@ -105,6 +105,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.add_middleware(SecurityMiddleware, max_body_bytes=settings.max_request_bytes)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(health.router)
+    app.include_router(docs.router)
     app.include_router(login.router)
     app.include_router(api.router)
     app.include_router(pages.router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -104,3 +105,15 @@ async def test_a_cursor_hiding_a_lone_surrogate_is_a_400_on_pages_and_api(web: W
             assert response.status_code == 400, (path, response.status_code, response.text[:300])
     finally:
         await client.aclose()
+
+
+async def test_the_api_docs_load_nothing_from_other_sites(web: WebApp) -> None:
+    async with web.client() as client:
+        page = await client.get("/api/docs")
+        assert page.status_code == 200
+        assert "https://" not in page.text and "http://" not in page.text
+        assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
+        assert len(assets) == 3
+        for asset in assets:
+            assert (await client.get(asset)).status_code == 200, asset
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]

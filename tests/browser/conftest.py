@@ -35,6 +35,7 @@ from ..store.agents import email_agent
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from ..web.conftest import PASSWORDS, ROLES
 from .agents import support_agent
+from .xss import xss_agent
 
 T = TypeVar("T")
 CHROMIUM = os.environ.get("APPROVALS_CHROMIUM", "/usr/bin/chromium")
@@ -102,7 +103,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 - the shared fixture
-    registry = AgentRegistry([support_agent, email_agent])
+    registry = AgentRegistry([support_agent, email_agent, xss_agent])
     app = create_app(Settings(database_url=db_url, worker=True, secret_key="browser-test-secret"), registry=registry)
     port = _free_port()
     config = uvicorn.Config(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from approvals.cli import app
+from approvals.cli import app, with_store
 from approvals.store.migrate import head_revision
 
 runner = CliRunner()
@@ -55,6 +55,16 @@ def test_users_and_tokens(db: str) -> None:
     code, out = run("tokens", "revoke", "1", "--database-url", db)
     assert code == 1
     assert "No active token 1" in out
+
+
+@pytest.mark.parametrize("command", [["password", "carol", "--password", "new-password-1"], ["disable", "carol"]])
+def test_cli_user_changes_end_the_users_web_sessions(db: str, command: list[str]) -> None:
+    assert run("users", "add", "carol", "--password", "carol-pw-1234", "--database-url", db)[0] == 0
+    session_id = with_store(db, lambda store: store.open_session("carol", max_age=3600))
+    assert with_store(db, lambda store: store.session_user(session_id)) is not None
+    code, out = run("users", *command, "--database-url", db)
+    assert code == 0, out
+    assert with_store(db, lambda store: store.session_user(session_id)) is None
 
 
 def test_demo_seeds_pending_calls_and_audit_verifies(db: str, monkeypatch: pytest.MonkeyPatch) -> None:

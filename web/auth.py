@@ -1,5 +1,8 @@
 """Who is asking: a session cookie (reviewers), a bearer token (services) or an SSO header.
 
+The session cookie carries a random session id; the session itself is a row in the store, so
+logout and changes to the user (password, role, disabled) end it at once (issue 14).
+
 The actor always comes from here, never from a request body. Cookie-based requests that
 change state must carry the session's CSRF token (header `x-csrftoken` or form field
 `csrf_token`); bearer-token requests cannot be forged by a browser and need none.
@@ -18,6 +21,8 @@ from approvals.store import Actor, Role
 from .context import AppContext
 
 SESSION_USER = "user"
+"""Where cookies signed before issue 14 named the user; such a cookie no longer logs anyone in."""
+SESSION_ID = "sid"
 SESSION_CSRF = "csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -55,21 +60,20 @@ async def current_actor(request: Request) -> Actor | None:
         if actor is None:
             raise HTTPException(401, "Invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
     else:
-        username = None
+        user = None
         header = context.settings.trusted_identity_header
         if header and request.headers.get(header):
-            username = request.headers[header]
-        elif request.session.get(SESSION_USER):
-            username = str(request.session[SESSION_USER])
-        if username:
             try:
-                user = await context.store.get_user(username)
+                user = await context.store.get_user(request.headers[header])
             except NotFound:
                 user = None
-            if user is not None and not user.disabled:
-                actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))  # type: ignore[arg-type]
-            elif SESSION_USER in request.session:
-                request.session.pop(SESSION_USER)  # the user was disabled or removed: end the session
+        elif request.session.get(SESSION_ID):
+            user = await context.store.session_user(str(request.session[SESSION_ID]))
+            if user is None:
+                request.session.pop(SESSION_ID)  # logged out, revoked, expired or the user disabled
+        request.session.pop(SESSION_USER, None)
+        if user is not None and not user.disabled:
+            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))  # type: ignore[arg-type]
     request.state.actor = actor
     return actor
 

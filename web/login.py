@@ -1,4 +1,9 @@
-"""Logging in and out with a username and password; the session cookie carries the login."""
+"""Logging in and out with a username and password.
+
+The cookie carries a session id; the session is a row in the store, which logout revokes.
+Failed logins are throttled per account and per client address: while either is locked
+the answer is 429 with Retry-After, and the password is not even checked.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from urllib.parse import urlparse
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from .auth import SESSION_CSRF, SESSION_USER, ContextDep, csrf_token, verify_csrf
+from .auth import SESSION_CSRF, SESSION_ID, SESSION_USER, ContextDep, csrf_token, verify_csrf
 from .templating import render
 
 router = APIRouter()
@@ -24,6 +29,12 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
+def _wait_text(seconds: int) -> str:
+    if seconds < 90:
+        return f"{seconds} seconds"
+    return f"{round(seconds / 60)} minutes"
+
+
 @router.get("/login")
 async def login_page(request: Request, next: str | None = None) -> Response:
     return render(request, "login.html", {"next": _safe_next(next), "error": None})
@@ -37,19 +48,35 @@ async def login(
     password: Annotated[str, Form()],
     next: Annotated[str | None, Form()] = None,
 ) -> Response:
-    user = await context.store.authenticate(username, password)
+    address = request.client.host if request.client else "unknown"
+    attempt = await context.store.attempt_login(username, password, address=address)
+    user = attempt.user
+    if attempt.retry_after is not None:
+        wait = _wait_text(attempt.retry_after)
+        error = f"Too many failed logins: logging in is locked for now. Try again in {wait}."
+        response = render(request, "login.html", {"next": _safe_next(next), "error": error}, status=429)
+        response.headers["Retry-After"] = str(attempt.retry_after)
+        return response
     if user is None:
         return render(
             request, "login.html", {"next": _safe_next(next), "error": "Wrong username or password."}, status=401
         )
+    previous = request.session.get(SESSION_ID)
+    if previous:
+        await context.store.close_session(str(previous))
     request.session.clear()  # a fresh session (and CSRF token) for the new login
-    request.session[SESSION_USER] = user.username
+    request.session[SESSION_ID] = await context.store.open_session(
+        user.username, max_age=context.settings.session_max_age
+    )
     csrf_token(request)
     return RedirectResponse(_safe_next(next), status_code=303)
 
 
 @router.post("/logout", dependencies=[Depends(verify_csrf)])
-async def logout(request: Request) -> Response:
+async def logout(request: Request, context: ContextDep) -> Response:
+    session_id = request.session.pop(SESSION_ID, None)
+    if session_id:
+        await context.store.close_session(str(session_id))  # a copy of the cookie is logged out too
     request.session.pop(SESSION_USER, None)
     request.session.pop(SESSION_CSRF, None)
     return RedirectResponse("/login", status_code=303)

@@ -13,6 +13,7 @@ from .accounts import AccountOps
 from .db import Database, normalize_url
 from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
 from .lifecycle import ClaimedRun, RunLifecycle
+from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .queries import Page, Queries
 
@@ -29,6 +30,8 @@ __all__ = (
     "DecidedCall",
     "Deny",
     "EditAndApprove",
+    "LoginAttempt",
+    "LoginLimits",
     "Notifier",
     "Page",
     "Role",
@@ -38,5 +41,5 @@ __all__ = (
 )
 
 
-class Store(RunLifecycle, DecisionOps, Queries, AccountOps):
+class Store(RunLifecycle, DecisionOps, Queries, AccountOps, LoginOps):
     """All store operations over one database."""

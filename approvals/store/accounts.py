@@ -13,9 +13,10 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ..security import hash_password, hash_token, new_token, verify_password
+from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import ROLE_RANK, Actor, StoreBase
 from ._writes import utcnow
+from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)
@@ -40,7 +41,7 @@ class AccountOps(StoreBase):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not add users")
         row = UserRow(
             username=username,
-            password_hash=hash_password(password) if password else None,
+            password_hash=await hash_password_async(password) if password else None,
             role=role,
             groups=groups,
             disabled=False,
@@ -69,7 +70,7 @@ class AccountOps(StoreBase):
         """The enabled user with this password, or None (no hint which part was wrong)."""
         async with self.db.read() as session:
             row = await session.scalar(select(UserRow).where(UserRow.username == username))
-        ok = verify_password(row.password_hash if row else None, password)
+        ok = await verify_password_async(row.password_hash if row else None, password)
         return row if ok and row is not None and not row.disabled else None
 
     async def update_user(
@@ -81,7 +82,7 @@ class AccountOps(StoreBase):
         password: str | None = None,
         disabled: bool | None = None,
     ) -> None:
-        """Change a user's role, password or enabled state."""
+        """Change a user's role, password or enabled state; any such change ends the user's sessions."""
         if not actor.can("admin") and actor.id != "system":
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not change users")
         values: dict[str, Any] = {}
@@ -90,7 +91,7 @@ class AccountOps(StoreBase):
             _check_role(role)
             values["role"] = details["role"] = role
         if password is not None:
-            values["password_hash"] = hash_password(password)
+            values["password_hash"] = await hash_password_async(password)
             details["password_changed"] = True
         if disabled is not None:
             values["disabled"] = details["disabled"] = disabled
@@ -100,6 +101,7 @@ class AccountOps(StoreBase):
             result = await tx.session.execute(update(UserRow).where(UserRow.username == username).values(**values))
             if result.rowcount == 0:  # type: ignore[attr-defined]
                 raise NotFound(f"No user {username!r}")
+            details["sessions_ended"] = await revoke_user_sessions(tx.session, username, utcnow())
             action = "user.disabled" if disabled else "user.updated"
             await tx.audit(actor.id, action, "user", username, details=details)
 

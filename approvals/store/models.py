@@ -284,3 +284,40 @@ class WebhookCursorRow(Base):
     last_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WebSessionRow(Base):
+    """A reviewer's login in the browser; the cookie carries a random id, the table only its hash.
+
+    A session counts while `revoked_at` is empty and `expires_at` is ahead: logout revokes one,
+    a password, role or enabled-state change revokes all of the user's (issue 14).
+    """
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the id in the cookie."""
+    username: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_web_sessions_username", "username"),)
+
+
+class LoginThrottleRow(Base):
+    """Failed logins for one account or one client address, and its lockout if any (issue 14).
+
+    Shared by every web process through the database. `failures` counts within the window
+    that began at `window_start`; reaching the limit locks the key until `locked_until`,
+    for longer with each of `lockouts`.
+    """
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(String(220), primary_key=True)
+    """`account:<username>` or `address:<client address>`."""
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    window_start: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    lockouts: Mapped[int] = mapped_column(Integer, default=0)
+    locked_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

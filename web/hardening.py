@@ -8,7 +8,8 @@
 - Body size: a request body over the limit is refused with 413 before any of it is read
   into memory or any route (or login check) runs; bodies without a declared length are
   counted as they stream.
-- URL characters: a NUL anywhere in the path or query is a 400, never a database error.
+- URL characters: a NUL anywhere in a page's path or query is a 400, never a database error
+  (the API answers 422 naming the parameter).
 """
 
 from __future__ import annotations
@@ -132,6 +133,11 @@ async def _too_large(scope: Scope, send: Send, limit: int) -> None:
 
 
 async def reject_nul_in_url(request: Request) -> None:
-    """A NUL in the path or query is never meaningful, and PostgreSQL refuses it in text: a clear 400."""
+    """A NUL in a page's path or query is never meaningful, and PostgreSQL refuses it in text: a clear 400.
+
+    The JSON API validates each parameter itself and answers 422 naming it.
+    """
+    if request.url.path.startswith("/api/"):
+        return
     if "\x00" in request.url.path or "\x00" in unquote(request.url.query):
         raise HTTPException(400, "The address contains a NUL character (%00), which no page or resource has.")

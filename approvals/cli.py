@@ -28,7 +28,7 @@ from .resumer import (
     run_worker,
 )
 from .security import new_password
-from .store import SYSTEM, Database, Store
+from .store import SYSTEM, TOKEN_SCOPES, Database, Store
 from .store.migrate import current_revision, head_revision, upgrade
 
 T = TypeVar("T")
@@ -284,11 +284,25 @@ def users_password(
 
 @tokens_app.command("create")
 def tokens_create(
-    name: str, role: Role = "reviewer", database_url: DatabaseOption = None, config: ConfigOption = None
+    name: str,
+    role: Role = "reviewer",
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="The person the token acts as; without it, a service token that may not approve."),
+    ] = None,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option("--scope", help="Limit the token (repeatable): " + ", ".join(TOKEN_SCOPES) + "."),
+    ] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Create an API token; it is printed once and only its hash is kept."""
     settings = settings_for(config, database_url)
-    token = with_store(settings.database_url, lambda store: store.create_token(name, role=role, actor=SYSTEM))
+    token = with_store(
+        settings.database_url,
+        lambda store: store.create_token(name, role=role, actor=SYSTEM, scopes=scope or None, user=user),
+    )
     typer.echo(token)
 
 
@@ -298,7 +312,9 @@ def tokens_list(database_url: DatabaseOption = None, config: ConfigOption = None
     settings = settings_for(config, database_url)
     for token in with_store(settings.database_url, lambda store: store.list_tokens()):
         state = "revoked" if token.revoked_at else "active"
-        typer.echo(f"{token.id:<5} {token.name:<24} {token.role:<9} {state}")
+        owner = token.username or "(service)"
+        scopes = ",".join(token.scopes) if token.scopes else "all"
+        typer.echo(f"{token.id:<5} {token.name:<24} {token.role:<9} {owner:<16} {scopes:<24} {state}")
 
 
 @tokens_app.command("revoke")

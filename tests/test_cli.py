@@ -162,3 +162,17 @@ def test_the_csv_export_never_hands_a_spreadsheet_a_formula(db: str, tmp_path: P
     created = next(r for r in rows if r["action"] == "user.created")
     assert created["subject_id"] == "'=HYPERLINK(1)"
     assert set(rows[0]) >= {"id", "actor", "agent", "tool", "details", "prev_hash", "hash"}
+
+
+def test_tokens_for_a_person_with_scopes(db: str) -> None:
+    code, out = run("users", "add", "dana", "--role", "reviewer", "--database-url", db)
+    assert code == 0, out
+    code, token = run(
+        "tokens", "create", "dana-cli", "--user", "dana", "--scope", "calls:read", "--scope", "calls:decide",
+        "--database-url", db,
+    )  # fmt: skip
+    assert code == 0 and token.strip().startswith("apv_"), token
+    code, out = run("tokens", "create", "x", "--scope", "everything", "--database-url", db)
+    assert code == 1 and "Unknown token scopes" in out
+    code, out = run("tokens", "create", "x", "--user", "nobody", "--database-url", db)
+    assert code == 1 and "nobody" in out

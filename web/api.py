@@ -24,7 +24,19 @@ from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdic
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
 
-from .auth import SAFE_METHODS, AdminAPI, ContextDep, ReviewerAPI, ViewerAPI, current_actor, verify_csrf
+from .auth import (
+    SAFE_METHODS,
+    AuditReadAPI,
+    CallsDecideAPI,
+    CallsReadAPI,
+    ContextDep,
+    RunsAdminAPI,
+    RunsReadAPI,
+    RunsWriteAPI,
+    ViewerAPI,
+    current_actor,
+    verify_csrf,
+)
 from .problems import PROBLEM_JSON
 from .schemas import (
     ActorOut,
@@ -176,14 +188,14 @@ async def me(actor: ViewerAPI) -> ActorOut:
     description="Queues the run for a worker; the response has a `Location` header naming the new run.",
     responses=errors(401, 403, 404, 422, e404="No agent with that name is registered."),
 )
-async def start_run(body: StartRun, actor: ReviewerAPI, context: ContextDep, response: Response) -> RunOut:
+async def start_run(body: StartRun, actor: RunsWriteAPI, context: ContextDep, response: Response) -> RunOut:
     run_id = await context.service.start_run(body.agent, body.prompt, actor=actor, deps=body.deps)
     response.headers["Location"] = f"/api/runs/{run_id}"
     return RunOut.from_row(await context.store.get_run(run_id))
 
 
 @router.get("/runs", summary="List runs, newest first", responses=errors(400, 401, 422))
-async def list_runs(actor: ViewerAPI, context: ContextDep, filters: Annotated[RunFilters, Query()]) -> RunPage:
+async def list_runs(actor: RunsReadAPI, context: ContextDep, filters: Annotated[RunFilters, Query()]) -> RunPage:
     page = await context.store.list_runs(
         status=filters.status,
         agent_name=filters.agent,
@@ -194,18 +206,18 @@ async def list_runs(actor: ViewerAPI, context: ContextDep, filters: Annotated[Ru
 
 
 @router.get("/runs/{run_id}", summary="A run's status, output and error", responses=errors(401, 404, 422))
-async def get_run(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> RunOut:
+async def get_run(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunOut:
     return RunOut.from_row(await context.store.get_run(run_id))
 
 
 @router.get("/runs/{run_id}/messages", summary="A run's stored message history", responses=errors(401, 404, 422))
-async def run_messages(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> RunMessages:
+async def run_messages(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunMessages:
     await context.store.get_run(run_id)  # 404 for an unknown run rather than an empty history
     return RunMessages(run_id=run_id, messages=await context.store.load_history(run_id))
 
 
 @router.get("/runs/{run_id}/calls", summary="The calls of a run that needed a person", responses=errors(401, 404, 422))
-async def run_calls(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> CallList:
+async def run_calls(run_id: RunId, actor: CallsReadAPI, context: ContextDep) -> CallList:
     await context.store.get_run(run_id)
     return CallList(items=[CallOut.from_row(c) for c in await context.store.run_calls(run_id)])
 
@@ -221,7 +233,7 @@ async def run_calls(run_id: RunId, actor: ViewerAPI, context: ContextDep) -> Cal
     responses=errors(401, 403, 404, 409, 422),
 )
 async def cancel_run(
-    run_id: RunId, actor: AdminAPI, context: ContextDep, body: Annotated[Cancel | None, Body()] = None
+    run_id: RunId, actor: RunsAdminAPI, context: ContextDep, body: Annotated[Cancel | None, Body()] = None
 ) -> RunOut:
     await context.store.cancel_run(run_id, actor=actor, reason=body.reason if body else None)
     return RunOut.from_row(await context.store.get_run(run_id))
@@ -234,7 +246,7 @@ async def cancel_run(
     description="The run continues from its stored history; only failed runs can be retried.",
     responses=errors(401, 403, 404, 409, 422),
 )
-async def retry_run(run_id: RunId, actor: AdminAPI, context: ContextDep) -> RunOut:
+async def retry_run(run_id: RunId, actor: RunsAdminAPI, context: ContextDep) -> RunOut:
     await context.store.retry_run(run_id, actor=actor)
     return RunOut.from_row(await context.store.get_run(run_id))
 
@@ -254,7 +266,7 @@ async def retry_run(run_id: RunId, actor: AdminAPI, context: ContextDep) -> RunO
 )
 async def resume_run(
     run_id: RunId,
-    actor: ReviewerAPI,
+    actor: RunsWriteAPI,
     context: ContextDep,
     response: Response,
     body: Annotated[Resume | None, Body()] = None,
@@ -271,7 +283,7 @@ async def resume_run(
 
 
 @router.get("/calls", summary="The inbox: calls waiting for a person, oldest first", responses=errors(400, 401, 422))
-async def list_calls(actor: ViewerAPI, context: ContextDep, filters: Annotated[CallFilters, Query()]) -> CallPage:
+async def list_calls(actor: CallsReadAPI, context: ContextDep, filters: Annotated[CallFilters, Query()]) -> CallPage:
     page = await context.store.list_calls(
         status=None if filters.status == "all" else filters.status,
         agent_name=filters.agent,
@@ -289,7 +301,7 @@ async def list_calls(actor: ViewerAPI, context: ContextDep, filters: Annotated[C
     summary="A call with its validated arguments, tool definition and decisions",
     responses=errors(401, 404, 422),
 )
-async def get_call(call_id: CallId, actor: ViewerAPI, context: ContextDep) -> CallDetail:
+async def get_call(call_id: CallId, actor: CallsReadAPI, context: ContextDep) -> CallDetail:
     call = await context.store.get_call(call_id)
     definition = await context.store.tool_definition(call.tool_version)
     return CallDetail.build(call, definition, await context.store.decisions_for(call_id))
@@ -307,7 +319,7 @@ async def get_call(call_id: CallId, actor: ViewerAPI, context: ContextDep) -> Ca
     responses=errors(401, 403, 404, 409, 422),
 )
 async def decide(
-    call_id: CallId, body: Annotated[Decision, Body()], actor: ReviewerAPI, context: ContextDep
+    call_id: CallId, body: Annotated[Decision, Body()], actor: CallsDecideAPI, context: ContextDep
 ) -> CallOut:
     return CallOut.from_row(await context.service.decide(call_id, to_verdict(body), actor=actor))
 
@@ -330,7 +342,9 @@ def to_verdict(body: ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict)
 
 
 @router.get("/audit", summary="Audit events, newest first", responses=errors(400, 401, 422))
-async def list_audit(actor: ViewerAPI, context: ContextDep, filters: Annotated[AuditListFilters, Query()]) -> AuditPage:
+async def list_audit(
+    actor: AuditReadAPI, context: ContextDep, filters: Annotated[AuditListFilters, Query()]
+) -> AuditPage:
     page = await context.store.audit_events(
         **filters.store_filters(), after=checked_cursor(filters.after, int), limit=filters.limit
     )
@@ -357,7 +371,7 @@ async def list_audit(actor: ViewerAPI, context: ContextDep, filters: Annotated[A
     },
 )
 async def export_audit(
-    actor: ViewerAPI,
+    actor: AuditReadAPI,
     context: ContextDep,
     filters: Annotated[AuditFilters, Query()],
     format: Literal["csv", "jsonl"] = "jsonl",
@@ -372,7 +386,7 @@ async def export_audit(
 
 
 @router.get("/audit/verify", summary="Check the audit log's hash chain end to end", responses=errors(401))
-async def verify_audit(actor: ViewerAPI, context: ContextDep) -> AuditVerificationOut:
+async def verify_audit(actor: AuditReadAPI, context: ContextDep) -> AuditVerificationOut:
     return AuditVerificationOut.from_result(await context.store.verify_audit())
 
 

@@ -96,8 +96,8 @@ class LoginRequired(Exception):
     """Raised on pages when nobody is logged in; answered with a redirect to the login page."""
 
 
-def require(role: Role, *, html: bool = False) -> object:
-    """A dependency giving the actor, who must have at least `role`."""
+def require(role: Role, *, html: bool = False, scope: str | None = None) -> object:
+    """A dependency giving the actor, who must have at least `role` and, with a limited token, `scope`."""
 
     async def dependency(request: Request) -> Actor:
         actor = await current_actor(request)
@@ -107,6 +107,8 @@ def require(role: Role, *, html: bool = False) -> object:
             raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
         if not actor.can(role):
             raise HTTPException(403, f"This needs the {role} role; {actor.id} is {actor.role}")
+        if scope is not None and not actor.may(scope):
+            raise HTTPException(403, f"This needs a token with the {scope!r} scope; {actor.id}'s token lacks it")
         return actor
 
     return Depends(dependency)
@@ -115,6 +117,12 @@ def require(role: Role, *, html: bool = False) -> object:
 ViewerAPI = Annotated[Actor, require("viewer")]
 ReviewerAPI = Annotated[Actor, require("reviewer")]
 AdminAPI = Annotated[Actor, require("admin")]
+RunsReadAPI = Annotated[Actor, require("viewer", scope="runs:read")]
+RunsWriteAPI = Annotated[Actor, require("reviewer", scope="runs:write")]
+RunsAdminAPI = Annotated[Actor, require("admin", scope="runs:admin")]
+CallsReadAPI = Annotated[Actor, require("viewer", scope="calls:read")]
+CallsDecideAPI = Annotated[Actor, require("reviewer", scope="calls:decide")]
+AuditReadAPI = Annotated[Actor, require("viewer", scope="audit:read")]
 ViewerPage = Annotated[Actor, require("viewer", html=True)]
 ReviewerPage = Annotated[Actor, require("reviewer", html=True)]
 AdminPage = Annotated[Actor, require("admin", html=True)]

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._base import SYSTEM, Actor, Role
+from ._base import SYSTEM, TOKEN_SCOPES, Actor, Role
 from ._writes import DecidedCall
 from .accounts import AccountOps
 from .db import Database, normalize_url
@@ -22,6 +22,7 @@ __all__ = (
     "READY_CHANNEL",
     "RUNS_CHANNEL",
     "SYSTEM",
+    "TOKEN_SCOPES",
     "Actor",
     "Answer",
     "Approve",

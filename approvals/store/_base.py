@@ -44,11 +44,22 @@ class Actor:
     id: str
     role: Role
     groups: frozenset[str] = field(default_factory=frozenset)
+    scopes: frozenset[str] | None = None
+    """What a token may do (`TOKEN_SCOPES`); None: whatever the role allows."""
+    person: bool = True
+    """False for a service token: it belongs to nobody, so its approval would count for nobody."""
 
     def can(self, role: Role) -> bool:
         """True when the actor's role is at least `role`."""
         return ROLE_RANK[self.role] >= ROLE_RANK[role]
 
+    def may(self, scope: str) -> bool:
+        """True when the actor's token (if any) carries `scope`."""
+        return self.scopes is None or scope in self.scopes
+
+
+TOKEN_SCOPES = ("runs:read", "runs:write", "runs:admin", "calls:read", "calls:decide", "audit:read")
+"""What a token can be limited to; each API route needs one of them besides its role."""
 
 SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")
 """The actor for work nobody asked for: expiry, crash recovery."""

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
-from ._base import ROLE_RANK, Actor, StoreBase
+from ._base import ROLE_RANK, TOKEN_SCOPES, Actor, StoreBase
 from ._writes import utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
@@ -105,11 +105,31 @@ class AccountOps(StoreBase):
             action = "user.disabled" if disabled else "user.updated"
             await tx.audit(actor.id, action, "user", username, details=details)
 
-    async def create_token(self, name: str, *, role: str, actor: Actor, scopes: list[str] | None = None) -> str:
-        """A new API token; the plaintext is returned once and never stored."""
+    async def create_token(
+        self,
+        name: str,
+        *,
+        role: str,
+        actor: Actor,
+        scopes: list[str] | None = None,
+        user: str | None = None,
+    ) -> str:
+        """A new API token; the plaintext is returned once and never stored.
+
+        With `user`, the token acts as that person (at most their role), so whatever it does
+        counts as theirs: a quorum cannot count them twice, and they cannot approve a run
+        they started with it. Without, it is a service identity, which may not approve.
+        `scopes` limits it further (`TOKEN_SCOPES`); None allows whatever the role allows.
+        """
         _check_role(role)
         if not actor.can("admin") and actor.id != "system":
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not create tokens")
+        if scopes is not None:
+            unknown = sorted(set(scopes) - set(TOKEN_SCOPES))
+            if unknown:
+                raise UserError(f"Unknown token scopes {unknown}: use {', '.join(TOKEN_SCOPES)}")
+        if user is not None:
+            await self.get_user(user)  # NotFound for someone who does not exist
         token = new_token()
         async with self.transaction() as tx:
             row = ApiTokenRow(
@@ -117,31 +137,44 @@ class AccountOps(StoreBase):
                 token_hash=hash_token(token),
                 role=role,
                 scopes=scopes,
+                username=user,
                 created_by=actor.id,
                 created_at=utcnow(),
             )
             tx.session.add(row)
             await tx.session.flush()
-            await tx.audit(
-                actor.id, "token.created", "token", str(row.id), details={"name": name, "role": role, "scopes": scopes}
-            )
+            details = {"name": name, "role": role, "scopes": scopes, "user": user}
+            await tx.audit(actor.id, "token.created", "token", str(row.id), details=details)
         return token
 
     async def token_actor(self, token: str) -> Actor | None:
-        """The actor a bearer token stands for, or None for an unknown or revoked token."""
+        """The actor a bearer token stands for, or None for an unknown or revoked one, or one whose user
+        is gone or disabled."""
         async with self.db.read() as session:
-            row = await session.scalar(
-                select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
-            )
-        if row is None:
+            found = (
+                await session.execute(
+                    select(ApiTokenRow, UserRow)
+                    .outerjoin(UserRow, UserRow.username == ApiTokenRow.username)
+                    .where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
+                )
+            ).one_or_none()
+        if found is None:
             return None
+        row, user = found
         now = utcnow()
         if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
             # coarse on purpose: a write per request would cost every API call a write lock
             async with self.db.sessions() as session, session.begin():
                 await session.execute(update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now))
         role = row.role if row.role in ROLE_RANK else "viewer"
-        return Actor(id=f"token:{row.name}", role=role)  # type: ignore[arg-type]
+        scopes = frozenset(row.scopes) if row.scopes is not None else None
+        if row.username is None:
+            return Actor(id=f"token:{row.name}", role=role, scopes=scopes, person=False)  # type: ignore[arg-type]
+        if user is None or user.disabled:
+            return None
+        lower = min(role, user.role, key=lambda r: ROLE_RANK.get(r, 0))
+        groups = frozenset(user.groups or ())
+        return Actor(id=user.username, role=lower, groups=groups, scopes=scopes)  # type: ignore[arg-type]
 
     async def list_tokens(self) -> list[ApiTokenRow]:
         async with self.db.read() as session:

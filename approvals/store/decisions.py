@@ -124,6 +124,11 @@ class DecisionOps(StoreBase):
         """Record one reviewer's verdict; returns the call as it is afterwards."""
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
+        if isinstance(verdict, Approve | EditAndApprove) and not actor.person:
+            raise Forbidden(
+                f"{actor.id!r} is a service token: approvals come from people "
+                "(create the token for a user: approvals tokens create NAME --user USERNAME)"
+            )
         if isinstance(verdict, Deny) and not verdict.reason.strip():
             raise UserError("A denial needs a reason: the model reads it")  # refused before any write
         try:

@@ -245,7 +245,7 @@ class UserRow(Base):
 
 
 class ApiTokenRow(Base):
-    """A bearer token for a service; only its hash is stored."""
+    """A bearer token: a user's own (`username`), or a service's; only its hash is stored."""
 
     __tablename__ = "api_tokens"
 
@@ -254,6 +254,8 @@ class ApiTokenRow(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     role: Mapped[str] = mapped_column(String(20))
     scopes: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    username: Mapped[str | None] = mapped_column(String(200))
+    """The person the token acts as; None for a service identity, which may not approve."""
     created_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -68,8 +68,8 @@ async def web(db_url: str) -> AsyncIterator[WebApp]:  # noqa: F811 - the shared 
         store: Store = app.state.context.store
         for name, role in ROLES.items():
             await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
-        tokens = {
-            role: await store.create_token(f"{role}-token", role=role, actor=SYSTEM)
-            for role in ("viewer", "reviewer", "admin")
-        }
+        tokens = {}
+        for role in ("viewer", "reviewer", "admin"):  # each token is a person's own, as reviewers' tokens must be
+            await store.create_user(f"api-{role}", PASSWORDS["alice"], role=role, actor=SYSTEM)
+            tokens[role] = await store.create_token(f"{role}-token", role=role, actor=SYSTEM, user=f"api-{role}")
         yield WebApp(app=app, store=store, tokens=tokens)

@@ -72,7 +72,7 @@ async def test_a_reviewer_starts_a_run_of_a_registered_agent(web: WebApp) -> Non
         assert response.status_code == 201, response.text
         run = response.json()
         assert run["agent"] == "shop" and run["status"] == "ready" and run["prompt"] == "refund A-1"
-        assert run["started_by"] == "token:reviewer-token"
+        assert run["started_by"] == "api-reviewer"
         assert response.headers["location"] == f"/api/runs/{run['id']}"
         assert (await api.get(response.headers["location"])).json() == run
     stored = await web.store.get_run(run["id"])
@@ -256,13 +256,13 @@ async def test_a_second_decision_is_a_409_that_names_who_decided(web: WebApp, tm
     async with web.api("reviewer") as api:
         first = await api.post(f"/api/calls/{refund}/decision", json={"verdict": "approve"})
         assert first.status_code == 200, first.text
-        assert first.json()["status"] == "approved" and first.json()["decided_by"] == "token:reviewer-token"
+        assert first.json()["status"] == "approved" and first.json()["decided_by"] == "api-reviewer"
         async with session(web, "bob") as (bob, csrf):
             late = await bob.post(
                 f"/api/calls/{refund}/decision", json={"verdict": "deny", "reason": "too much"}, headers=csrf
             )
         problem = assert_problem(late, 409)
-        assert problem["decided_by"] == "token:reviewer-token" and "token:reviewer-token" in problem["detail"]
+        assert problem["decided_by"] == "api-reviewer" and "api-reviewer" in problem["detail"]
         assert problem["status_now"] == "approved"
         assert (await api.get(f"/api/calls/{refund}")).json()["status"] == "approved"
 
@@ -539,7 +539,7 @@ async def test_an_admin_cancels_a_run_whose_worker_is_inside_a_slow_tool_and_the
         assert (stored["status"], stored["result"]) == ("outcome_unknown", None)
         events = (await viewer.get("/api/audit", params={"run": run_id})).json()["items"]
     cancelled = next(e for e in events if e["action"] == "run.cancelled")
-    assert cancelled["actor"] == "token:admin-token" and cancelled["details"] == {"reason": "customer called"}
+    assert cancelled["actor"] == "api-admin" and cancelled["details"] == {"reason": "customer called"}
     assert not [e for e in events if e["actor"] == "slow-worker" and e["id"] > cancelled["id"]]
 
 
@@ -582,14 +582,14 @@ async def test_the_audit_log_is_filtered_and_paged(web: WebApp, tmp_path: Path) 
 
         approved = (await api.get("/api/audit", params={"action": "call.approved"})).json()["items"]
         assert [(e["actor"], e["subject_id"], e["run_id"], e["tool"]) for e in approved] == [
-            ("token:reviewer-token", calls["refund"]["id"], run_id, "refund")
+            ("api-reviewer", calls["refund"]["id"], run_id, "refund")
         ]
         by_run = (await api.get("/api/audit", params={"run": other_run})).json()["items"]
         assert by_run and {e["run_id"] for e in by_run} == {other_run}
         assert {e["agent"] for e in (await api.get("/api/audit", params={"agent": "mailer"})).json()["items"]} == {
             "mailer"
         }
-        assert (await api.get("/api/audit", params={"actor": "token:reviewer-token"})).json()["items"] == approved
+        assert (await api.get("/api/audit", params={"actor": "api-reviewer"})).json()["items"] == approved
         assert [e["tool"] for e in (await api.get("/api/audit", params={"tool": "send_email"})).json()["items"]] == [
             "send_email"
         ]

@@ -186,7 +186,7 @@ async def test_a_csrf_token_from_another_session_is_refused(web: WebApp) -> None
 async def test_bearer_token_requests_need_no_csrf_token(web: WebApp) -> None:
     async with web.api("reviewer") as api:
         response = await api.post("/api/runs", json={"agent": "shop", "prompt": "go"})
-        assert response.status_code == 201 and response.json()["started_by"] == "token:reviewer-token"
+        assert response.status_code == 201 and response.json()["started_by"] == "api-reviewer"
 
 
 # Tokens
@@ -214,7 +214,7 @@ async def test_made_up_or_other_credentials_do_not_authenticate(web: WebApp, hea
 async def test_a_token_acts_with_its_own_role(web: WebApp) -> None:
     for role in ("viewer", "reviewer", "admin"):
         async with web.api(role) as api:
-            assert await whoami(api) == f"token:{role}-token:{role}"
+            assert await whoami(api) == f"api-{role}:{role}"  # the token's person, at the token's role
 
 
 # Single sign-on header

@@ -72,7 +72,8 @@ async def bench(url: str, label: str) -> None:
     )
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
-        token = await store.create_token("bench", role="reviewer", actor=SYSTEM)
+        await store.create_user("bench-reviewer", "bench-password-1", role="reviewer", actor=SYSTEM)
+        token = await store.create_token("bench", role="reviewer", actor=SYSTEM, user="bench-reviewer")
         ids = await pending_calls(store, SEQUENTIAL * 2 + CONCURRENT)
         direct, sequential, concurrent = ids[:SEQUENTIAL], ids[SEQUENTIAL : 2 * SEQUENTIAL], ids[2 * SEQUENTIAL :]
         transport = httpx.ASGITransport(app=app)

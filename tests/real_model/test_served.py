@@ -26,8 +26,16 @@ PROMPT = "Please refund order A-1, 25 euros."
 SETTLED = ("awaiting_approval", "completed", "failed", "cancelled")
 
 
-def token(database_url: str, name: str) -> str:
-    result = CliRunner().invoke(app, ["tokens", "create", name, "--role", "reviewer", "--database-url", database_url])
+def token(database_url: str, name: str, *, person: bool = False) -> str:
+    """A service token, or (`person`) a reviewer's own: only people may approve."""
+    cli = CliRunner()
+    owner: list[str] = []
+    if person:
+        added = cli.invoke(app, ["users", "add", name, "--role", "reviewer", "--database-url", database_url])
+        assert added.exit_code == 0, added.output
+        owner = ["--user", name]
+    command = ["tokens", "create", name, "--role", "reviewer", *owner, "--database-url", database_url]
+    result = cli.invoke(app, command)
     assert result.exit_code == 0, result.output
     return result.output.strip()
 
@@ -53,7 +61,7 @@ def test_runs_started_over_the_api_pause_and_finish_after_each_verdict(
     args = ["--agent", "tests.real_model.agents:refund_agent", "--database-url", db_url]
     with served(args, env, tmp_path / "serve.log") as app_process:
         starter = {"Authorization": f"Bearer {token(db_url, 'shop-backend')}"}
-        reviewer = {"Authorization": f"Bearer {token(db_url, 'reviewer')}"}
+        reviewer = {"Authorization": f"Bearer {token(db_url, 'rita', person=True)}"}
         with (
             httpx.Client(base_url=app_process.base_url, headers=starter, timeout=30) as backend,
             httpx.Client(base_url=app_process.base_url, headers=reviewer, timeout=30) as review,

@@ -73,8 +73,6 @@ async def authenticate_writes(request: Request) -> None:
         raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
 
 
-router = APIRouter(prefix="/api", tags=["api"], dependencies=[Depends(authenticate_writes), Depends(verify_csrf)])
-
 _ERRORS = {
     400: "Malformed request, such as an invalid page cursor.",
     401: "Not authenticated, or the API token is invalid or revoked.",
@@ -83,7 +81,11 @@ _ERRORS = {
     409: "The state changed: the call was already decided (`decided_by` says by whom) or the run is not in a state "
     "that allows this (`status_now`).",
     422: "The request is not valid; `errors` lists each invalid field with its location.",
+    413: "The request body is larger than the server accepts (`APPROVALS_MAX_REQUEST_BYTES`).",
+    503: "The database cannot be reached right now; nothing was changed. `Retry-After` says when to try again.",
 }
+EVERY_ROUTE = (400, 401, 403, 413, 422, 503)
+"""Answers any API route can give: auth, scopes, size, validation, a database outage."""
 
 
 def errors(*codes: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
@@ -96,6 +98,14 @@ def errors(*codes: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
         }
         for code in codes
     }
+
+
+router = APIRouter(
+    prefix="/api",
+    tags=["api"],
+    dependencies=[Depends(authenticate_writes), Depends(verify_csrf)],
+    responses=errors(*EVERY_ROUTE),
+)
 
 
 RunId = Annotated[Name, Path(description="The run's id.")]

@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse, Response
 from .auth import SESSION_CSRF, SESSION_ID, SESSION_USER, ContextDep, csrf_token, verify_csrf
 from .templating import render
 
-router = APIRouter()
+router = APIRouter(include_in_schema=False)  # pages, not the API
 
 
 def _safe_next(target: str | None) -> str:

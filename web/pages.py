@@ -29,7 +29,7 @@ from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from .context import AppContext
 from .templating import TEMPLATES, render
 
-router = APIRouter(dependencies=[Depends(verify_csrf)])
+router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
 router.include_router(sse.router)
 
 PAGE_SIZE = 50

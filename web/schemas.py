@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from approvals.messages import ModelMessage
 from approvals.store.audit import AuditVerification
@@ -64,6 +65,16 @@ def check_json(value: Any) -> Any:
     return value
 
 
+def iso_8601_only(value: Any) -> Any:
+    """Refuse a text that is not an ISO 8601 date or date-time (pydantic alone also takes "0.5")."""
+    if isinstance(value, str) and not _ISO_DATE.match(value):
+        raise ValueError("Input should be an ISO 8601 date-time, like 2026-11-23T15:00:00Z")
+    return value
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
 def not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("may not be blank")
@@ -79,7 +90,8 @@ Text = Annotated[str, AfterValidator(check_text)]
 JsonValue = Annotated[Any, AfterValidator(check_json)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(check_text)]
 """An id or name in a path or filter: a run, call, agent, tool, actor or action."""
-UtcDatetime = Annotated[dt.datetime, AfterValidator(as_utc)]
+UtcDatetime = Annotated[dt.datetime, BeforeValidator(iso_8601_only), AfterValidator(as_utc)]
+"""A moment written as ISO 8601, as the schema says: not a bare number pydantic would read as Unix time."""
 
 
 class FieldError(BaseModel):
@@ -138,7 +150,9 @@ class DenyVerdict(Strict):
     """Do not run the call; the model reads the reason."""
 
     verdict: Literal["deny"]
-    reason: Annotated[str, StringConstraints(max_length=10_000), AfterValidator(check_text), AfterValidator(not_blank)]
+    reason: Annotated[
+        str, StringConstraints(max_length=10_000, pattern=r"\S"), AfterValidator(check_text), AfterValidator(not_blank)
+    ]
     """Why not; the model reads it. It may not be blank."""
 
 

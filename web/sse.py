@@ -112,7 +112,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             group.cancel_scope.cancel()
 
 
-router = APIRouter(lifespan=lifespan)
+router = APIRouter(lifespan=lifespan, include_in_schema=False)  # event streams for pages
 
 
 def _hub(request: Request) -> EventHub:

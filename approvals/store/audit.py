@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .._canonical import canonical_json
+from .._canonical import canonical_json, legacy_canonical_json
 from .models import AuditEventRow
 
 __all__ = (
@@ -36,14 +37,25 @@ AUDIT_LOCK_KEY = 7_310_512_001
 _VERIFY_BATCH = 2_000
 
 
-def event_content(event: AuditEventRow | AuditEvent) -> str:
+def event_content(event: AuditEventRow | AuditEvent, *, serialize: Callable[[Any], str] = canonical_json) -> str:
     """The canonical JSON an event's hash covers (everything but its id and the hashes)."""
-    return canonical_json({**event_fields(event), "at": event.at.astimezone(dt.UTC).isoformat()})
+    return serialize({**event_fields(event), "at": event.at.astimezone(dt.UTC).isoformat()})
 
 
 def event_hash(prev_hash: str, event: AuditEventRow | AuditEvent) -> str:
     """The hash of an event: the previous event's hash, then the event's content."""
     return hashlib.sha256((prev_hash + event_content(event)).encode()).hexdigest()
+
+
+def _hashed_before_numbers_were_normalized(prev_hash: str, row: AuditEventRow) -> bool:
+    """Whether `row` holds the hash of its content in the form used before numbers were normalized.
+
+    Events written on SQLite before then were hashed over `1e+16` and `-0.0`, which SQLite
+    keeps as written. Either form is a fixed function of the row, so accepting both lets
+    no edit through: a changed row matches neither.
+    """
+    content = event_content(row, serialize=legacy_canonical_json)
+    return content != event_content(row) and hashlib.sha256((prev_hash + content).encode()).hexdigest() == row.hash
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,7 @@ async def verify_audit_chain(session: AsyncSession) -> AuditVerification:
                     first_bad_id=row.id,
                     problem=f"event {row.id} does not follow the event before it (an event was deleted or reordered)",
                 )
-            if event_hash(prev_hash, row) != row.hash:
+            if event_hash(prev_hash, row) != row.hash and not _hashed_before_numbers_were_normalized(prev_hash, row):
                 return AuditVerification(
                     ok=False,
                     checked=checked,

@@ -20,12 +20,11 @@ from .resumer import AgentRegistry, Resumer
 from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
 from .store.errors import is_transient
 from .store.models import RunRow, ToolCallRow
+from .store.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 
 __all__ = ("ApprovalService",)
 
 logger = logging.getLogger("approvals.service")
-_SETTLED = ("awaiting_approval", "completed", "failed", "cancelled")
-_RESUMABLE = ("ready", "resuming")
 
 
 class ApprovalService:
@@ -74,7 +73,7 @@ class ApprovalService:
     async def resumable_run(self, run_id: str) -> RunRow:
         """The run, when it can be resumed now (ready, or being resumed); `Conflict` when it cannot."""
         run = await self.store.get_run(run_id)
-        if run.status not in _RESUMABLE:
+        if run.status not in RESUMABLE_RUN_STATUSES:
             raise Conflict(f"Run {run_id!r} is {run.status}, not ready to resume", status=run.status)
         return run
 
@@ -93,7 +92,7 @@ class ApprovalService:
                 else:
                     with anyio.CancelScope(shield=True):
                         await self.resumer.resume(run_id)
-                while (await self.store.get_run(run_id)).status not in _SETTLED:
+                while (await self.store.get_run(run_id)).status not in SETTLED_RUN_STATUSES:
                     with anyio.move_on_after(1.0):  # a missed wake-up costs at most a second
                         while await changes.receive() != run_id:
                             pass

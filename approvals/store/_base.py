@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -16,7 +16,6 @@ from sqlalchemy.orm import aliased
 from ..exceptions import Conflict, NotFound
 from ._pg import pg_run_write
 from ._writes import (
-    OPEN_CALL_STATUSES,
     RELEASED_DETAILS,
     SYSTEM_ACTOR_ID,
     ExecutedCall,
@@ -30,8 +29,9 @@ from ._writes import (
 )
 from .audit import AuditEvent, append_events
 from .db import Database
-from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .models import STANDING, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import READY_CHANNEL, RUNS_CHANNEL, Notifier
+from .states import CallStatus, RunStatus
 
 Role = Literal["viewer", "reviewer", "admin"]
 ROLE_RANK: dict[str, int] = {"viewer": 0, "reviewer": 1, "admin": 2}
@@ -99,7 +99,7 @@ class Transaction:
                 sqlite_insert(ToolDefinitionRow).values(tool_definition_row(definition, now)).on_conflict_do_nothing()
             )
         if write.calls:
-            pending = {"run_id": run.id, "agent_name": run.agent_name, "status": "pending"}
+            pending = {"run_id": run.id, "agent_name": run.agent_name, "status": CallStatus.PENDING}
             rows = [{**call, **pending, "created_at": now, "updated_at": now} for call in write.calls]
             await self.session.execute(insert(ToolCallRow), rows)
         if write.start_executing is not None:
@@ -115,9 +115,13 @@ class Transaction:
         if write.interrupted is not None:
             failed, error = write.interrupted.failed_tool_call_id, write.interrupted.error
             stuck = await self.session.scalars(
-                select(ToolCallRow.tool_call_id).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
+                select(ToolCallRow.tool_call_id).where(
+                    ToolCallRow.run_id == run.id, ToolCallRow.status == CallStatus.EXECUTING
+                )
             )
-            outcomes = {t: ("failed", error) if t == failed else ("outcome_unknown", None) for t in stuck}
+            outcomes = {
+                t: (CallStatus.FAILED, error) if t == failed else (CallStatus.OUTCOME_UNKNOWN, None) for t in stuck
+            }
             for call, (status, _) in await self._settle_executing(run.id, outcomes, now):
                 events.append(RunEvent(f"call.{status}", "call", call.id, call.tool_name, {"error": error}))
         for event in [*events, *write.events]:
@@ -143,7 +147,9 @@ class Transaction:
         grow = len(write.messages)
         statement = (
             update(RunRow)
-            .where(RunRow.id == write.run_id, RunRow.status == "resuming", RunRow.lease_owner == write.worker_id)
+            .where(
+                RunRow.id == write.run_id, RunRow.status == RunStatus.RESUMING, RunRow.lease_owner == write.worker_id
+            )
             .values(message_count=RunRow.message_count + grow, updated_at=write.now, **write.changes)
             .returning(RunRow.agent_name, RunRow.message_count)
         )
@@ -157,7 +163,9 @@ class Transaction:
 
     async def start_executing(self, run: HeldRun, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
         """Move these approved calls to `executing`, consume their approvals, audit it; returns the calls moved."""
-        started = await self._move_calls(run.id, tool_call_ids, "approved", "executing", now, consumed_at=now)
+        started = await self._move_calls(
+            run.id, tool_call_ids, CallStatus.APPROVED, CallStatus.EXECUTING, now, consumed_at=now
+        )
         for call in started:
             await self.audit(
                 run.worker_id,
@@ -167,7 +175,7 @@ class Transaction:
                 run_id=run.id,
                 agent_name=run.agent_name,
                 tool_name=call.tool_name,
-                details={"args_digest": call.override_digest or call.args_digest},
+                details={"args_digest": call.digest},
                 at=now,
             )
         return started
@@ -178,14 +186,16 @@ class Transaction:
         Approvals an earlier start used up (before the call's outcome became unknown) stay used:
         they were given for that run of it.
         """
-        return await self._move_calls(run_id, tool_call_ids, "executing", "approved", now, consumed_at=None)
+        return await self._move_calls(
+            run_id, tool_call_ids, CallStatus.EXECUTING, CallStatus.APPROVED, now, consumed_at=None
+        )
 
     async def _move_calls(
         self,
         run_id: str,
         tool_call_ids: Sequence[str],
-        source: str,
-        target: str,
+        source: CallStatus,
+        target: CallStatus,
         now: dt.datetime,
         *,
         consumed_at: dt.datetime | None,
@@ -219,7 +229,7 @@ class Transaction:
         return [ExecutedCall(*call) for call in calls]
 
     async def _settle_executing(
-        self, run_id: str, outcomes: dict[str, tuple[str, Any]], now: dt.datetime
+        self, run_id: str, outcomes: Mapping[str, tuple[str, Any]], now: dt.datetime
     ) -> list[tuple[ExecutedCall, tuple[str, Any]]]:
         """Executing calls get their final status and result; the calls settled, in the order of `outcomes`."""
         if not outcomes:
@@ -228,7 +238,7 @@ class Transaction:
             await self.session.scalars(
                 select(ToolCallRow).where(
                     ToolCallRow.run_id == run_id,
-                    ToolCallRow.status == "executing",
+                    ToolCallRow.status == CallStatus.EXECUTING,
                     ToolCallRow.tool_call_id.in_(list(outcomes)),
                 )
             )
@@ -239,9 +249,9 @@ class Transaction:
             call = by_id.get(tool_call_id)
             if call is None:
                 continue
-            call.status, call.result = outcome
+            call.status, call.result = CallStatus(outcome[0]), outcome[1]
             call.updated_at = now
-            settled.append((ExecutedCall(call.id, tool_call_id, call.tool_name, call.args_digest, None), outcome))
+            settled.append((ExecutedCall(call.id, tool_call_id, call.tool_name, call.current_digest), outcome))
         return settled
 
     async def lock_call(self, call_id: str) -> tuple[ToolCallRow, str | None] | None:
@@ -267,10 +277,7 @@ class Transaction:
         await self.session.flush()
         count = await self.session.scalar(
             select(func.count(func.distinct(DecisionRow.actor))).where(
-                DecisionRow.call_id == call_id,
-                DecisionRow.verdict.in_(["approve", "edit"]),
-                DecisionRow.args_digest == args_digest,
-                DecisionRow.consumed_at.is_(None),
+                DecisionRow.call_id == call_id, DecisionRow.args_digest == args_digest, STANDING
             )
         )
         return count or 0
@@ -288,15 +295,11 @@ class Transaction:
         sees the first's verdict.
         """
         await self.session.flush()
-        still_open = (
-            select(ToolCallRow.id)
-            .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(OPEN_CALL_STATUSES))
-            .exists()
-        )
+        still_open = select(ToolCallRow.id).where(ToolCallRow.run_id == run_id, ToolCallRow.is_open).exists()
         ready = await self.session.scalar(
             update(RunRow)
-            .where(RunRow.id == run_id, RunRow.status == "awaiting_approval", ~still_open)
-            .values(status="ready", updated_at=utcnow())
+            .where(RunRow.id == run_id, RunRow.status == RunStatus.AWAITING_APPROVAL, ~still_open)
+            .values(status=RunStatus.READY, updated_at=utcnow())
             .returning(RunRow.id)
         )
         if ready is not None:
@@ -305,13 +308,7 @@ class Transaction:
             await self.announce(RUNS_CHANNEL, run_id)
 
 
-_EXECUTED_COLUMNS = (
-    ToolCallRow.id,
-    ToolCallRow.tool_call_id,
-    ToolCallRow.tool_name,
-    ToolCallRow.args_digest,
-    ToolCallRow.override_digest,
-)
+_EXECUTED_COLUMNS = (ToolCallRow.id, ToolCallRow.tool_call_id, ToolCallRow.tool_name, ToolCallRow.current_digest)
 
 
 class StoreBase:

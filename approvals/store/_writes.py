@@ -43,8 +43,8 @@ class ExecutedCall:
     id: str
     tool_call_id: str
     tool_name: str
-    args_digest: str
-    override_digest: str | None
+    digest: str
+    """The digest of the arguments it runs with (`ToolCallRow.current_digest`)."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,6 @@ RELEASED_DETAILS = {"reason": "the run stopped before the call ran; it runs when
 """What the audit log says of a released call."""
 SYSTEM_ACTOR_ID = "system"
 """Who acts when nobody asked: expiry, crash recovery, a run becoming ready."""
-OPEN_CALL_STATUSES = ("pending", "outcome_unknown")
-"""Calls waiting for a person."""
-DECIDED_CALL_STATUSES = ("approved", "denied", "expired", "answered")
-"""Calls people decided, whose verdicts wait for the run to act on them."""
 HELD_RUN_COLUMNS = frozenset({"status", "output", "error", "lease_owner", "lease_expires_at"})
 """The run columns a worker's guarded write may set."""
 

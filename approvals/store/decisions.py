@@ -24,9 +24,10 @@ from .._canonical import canonical_json, digest
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import SYSTEM, Actor, StoreBase, Transaction
 from ._pg import Refused, pg_decide
-from ._writes import OPEN_CALL_STATUSES, utcnow
+from ._writes import utcnow
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
+from .states import CallStatus
 
 
 @dataclass(frozen=True)
@@ -65,29 +66,32 @@ Verdict: TypeAlias = Approve | EditAndApprove | Deny | Answer
 
 @dataclass(frozen=True)
 class _Final:
-    status: str
+    status: CallStatus
     verdict: str
 
 
-_FINAL_VERDICTS: dict[type, _Final] = {Deny: _Final("denied", "deny"), Answer: _Final("answered", "answer")}
+_FINAL_VERDICTS: dict[type, _Final] = {
+    Deny: _Final(CallStatus.DENIED, "deny"),
+    Answer: _Final(CallStatus.ANSWERED, "answer"),
+}
 """Verdicts that settle a call at once, whatever the quorum."""
 
 
-def _settled(status: str, verdict: str, actor_id: str, now: dt.datetime) -> dict[str, Any]:
+def _settled(status: CallStatus, verdict: str, actor_id: str, now: dt.datetime) -> dict[str, Any]:
     """The columns of a call that a verdict settles."""
     return {"status": status, "verdict": verdict, "decided_by": actor_id, "decided_at": now, "updated_at": now}
 
 
 def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict, actor: Actor) -> None:
     """Refuse a verdict on a call that is no longer open, changed since it was seen, or on one's own run."""
-    if call.status not in OPEN_CALL_STATUSES:
+    if not call.is_open:
         who = f" by {call.decided_by}" if call.decided_by else ""
         raise Conflict(
             f"Call {call.id!r} is no longer waiting for a decision: it was {call.status}{who}",
             status=call.status,
             decided_by=call.decided_by,
         )
-    current = call.override_digest or call.args_digest
+    current = call.current_digest
     seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
     if seen is not None and seen != current:
         raise Conflict(
@@ -167,7 +171,7 @@ class DecisionOps(StoreBase):
                 {
                     **decision,
                     "verdict": final.verdict,
-                    "args_digest": call.override_digest or call.args_digest,
+                    "args_digest": call.current_digest,
                     **fields,
                 }
             )
@@ -179,7 +183,7 @@ class DecisionOps(StoreBase):
             edit: dict[str, Any] = {}
             if isinstance(verdict, EditAndApprove):
                 edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
-            approved_digest = edit.get("override_digest") or call.override_digest or call.args_digest
+            approved_digest = edit.get("override_digest") or call.current_digest
             await tx.add_decision(
                 {
                     **decision,
@@ -199,7 +203,7 @@ class DecisionOps(StoreBase):
             if isinstance(verdict, EditAndApprove):
                 details["edited_args"] = verdict.args
             if approvals >= call.approvals_required:
-                await tx.update_call(call, **edit, **_settled("approved", kind, actor.id, now))
+                await tx.update_call(call, **edit, **_settled(CallStatus.APPROVED, kind, actor.id, now))
             else:
                 await tx.update_call(call, **edit, updated_at=now)
             await tx.audit(
@@ -211,7 +215,7 @@ class DecisionOps(StoreBase):
                 details=details,
             )
         await tx.announce(PENDING_CHANNEL, call.run_id)
-        if call.status not in OPEN_CALL_STATUSES:
+        if not call.is_open:
             await tx.ready_if_decided(call.run_id, call.agent_name)
 
     async def expire(self, *, now: dt.datetime | None = None, limit: int = 500) -> int:
@@ -220,14 +224,14 @@ class DecisionOps(StoreBase):
         async with self.transaction() as tx:
             query = (
                 select(ToolCallRow)
-                .where(ToolCallRow.status == "pending", ToolCallRow.expires_at < now)
+                .where(ToolCallRow.status == CallStatus.PENDING, ToolCallRow.expires_at < now)
                 .order_by(ToolCallRow.expires_at)
                 .limit(limit)
             )
             if self.db.is_postgres:
                 # the runs first, then their calls: the order decisions and cancellations take them in
                 expired_runs = select(ToolCallRow.run_id).where(
-                    ToolCallRow.status == "pending", ToolCallRow.expires_at < now
+                    ToolCallRow.status == CallStatus.PENDING, ToolCallRow.expires_at < now
                 )
                 locked = (
                     await tx.session.scalars(
@@ -244,7 +248,9 @@ class DecisionOps(StoreBase):
             for call in calls:
                 waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
                 reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
-                await tx.update_call(call, **_settled("expired", "expire", SYSTEM.id, now), denial_reason=reason)
+                await tx.update_call(
+                    call, **_settled(CallStatus.EXPIRED, "expire", SYSTEM.id, now), denial_reason=reason
+                )
                 await tx.audit(
                     SYSTEM.id,
                     "call.expired",

@@ -22,7 +22,6 @@ from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnP
 from ._base import SYSTEM, Actor, StoreBase, Transaction
 from ._pg import ClaimedRow, pg_claim
 from ._writes import (
-    DECIDED_CALL_STATUSES,
     DecidedCall,
     HeldRun,
     Interrupted,
@@ -34,11 +33,9 @@ from ._writes import (
 )
 from .models import MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 
 ModelMessage = ModelRequest | ModelResponse
-FINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
-NOT_RUN_CALL_STATUSES = ("pending", "approved")
-"""Calls of a run that have not started: cancelling the run cancels them (a worker must mark a call executing first)."""
 STALE_LEASE_CHECK_SECONDS = 1.0
 """How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 
@@ -104,7 +101,7 @@ class RunLifecycle(StoreBase):
                 RunRow(
                     id=run_id,
                     agent_name=agent_name,
-                    status="ready",
+                    status=RunStatus.READY,
                     prompt=prompt,
                     deps=deps,
                     started_by=actor.id,
@@ -143,7 +140,7 @@ class RunLifecycle(StoreBase):
         Nothing announces a lease running out (its worker may be dead), so this is how a
         dead worker's run is taken over within a lease, not at the next poll.
         """
-        query = select(func.min(RunRow.lease_expires_at)).where(RunRow.status == "resuming")
+        query = select(func.min(RunRow.lease_expires_at)).where(RunRow.status == RunStatus.RESUMING)
         if agent_names is not None:
             query = query.where(RunRow.agent_name.in_(agent_names))
         async with self.db.read() as session:
@@ -184,7 +181,10 @@ class RunLifecycle(StoreBase):
                 query = (
                     select(RunRow)
                     .where(
-                        or_(RunRow.status == "ready", and_(RunRow.status == "resuming", RunRow.lease_expires_at < now))
+                        or_(
+                            RunRow.status == RunStatus.READY,
+                            and_(RunRow.status == RunStatus.RESUMING, RunRow.lease_expires_at < now),
+                        )
                     )
                     .order_by(RunRow.updated_at)
                     .limit(1)
@@ -198,9 +198,9 @@ class RunLifecycle(StoreBase):
                 run = await tx.session.scalar(query)
                 if run is None:
                     return None
-                if run.status == "resuming" and await self._recover_crashed(tx, run):
+                if run.status == RunStatus.RESUMING and await self._recover_crashed(tx, run):
                     continue
-                run.status = "resuming"
+                run.status = RunStatus.RESUMING
                 run.lease_owner = worker_id
                 run.lease_expires_at = now + dt.timedelta(seconds=lease_seconds)
                 run.updated_at = now
@@ -232,7 +232,7 @@ class RunLifecycle(StoreBase):
                         )
                         for call in calls
                     }
-                approved = [c.tool_call_id for c in decided.values() if c.status == "approved"]
+                approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
                 held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
                 started = await tx.start_executing(held, approved, now) if approved else []
                 executing = frozenset(call.tool_call_id for call in started)
@@ -243,13 +243,13 @@ class RunLifecycle(StoreBase):
         """Settle calls a dead worker left in `executing`; True when the run now waits for a person."""
         stuck = (
             await tx.session.scalars(
-                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == "executing")
+                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == CallStatus.EXECUTING)
             )
         ).all()
         unknown = False
         for call in stuck:
             if call.idempotent:
-                call.status = "approved"
+                call.status = CallStatus.APPROVED
                 await tx.audit(
                     SYSTEM.id,
                     "call.retried",
@@ -261,7 +261,7 @@ class RunLifecycle(StoreBase):
                     details={"reason": "worker died while the call ran; the tool is idempotent"},
                 )
             else:
-                call.status = "outcome_unknown"
+                call.status = CallStatus.OUTCOME_UNKNOWN
                 unknown = True
                 await tx.audit(
                     SYSTEM.id,
@@ -275,7 +275,7 @@ class RunLifecycle(StoreBase):
                 )
             call.updated_at = utcnow()
         if unknown:
-            run.status = "awaiting_approval"
+            run.status = RunStatus.AWAITING_APPROVAL
             run.lease_owner = None
             run.lease_expires_at = None
             run.updated_at = utcnow()
@@ -330,7 +330,7 @@ class RunLifecycle(StoreBase):
             run_id=run_id,
             worker_id=worker_id,
             messages=messages,
-            changes={"status": "awaiting_approval", "lease_owner": None, "lease_expires_at": None},
+            changes={"status": RunStatus.AWAITING_APPROVAL, "lease_owner": None, "lease_expires_at": None},
             results=_call_results(messages, executing),
             tool_definitions=list({r.tool_def.version: r.tool_def for r in requests.approvals}.values()),
             announcements=[(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
@@ -369,7 +369,7 @@ class RunLifecycle(StoreBase):
                 worker_id=worker_id,
                 messages=messages,
                 changes={
-                    "status": "failed" if failed else "completed",
+                    "status": RunStatus.FAILED if failed else RunStatus.COMPLETED,
                     "output": output,
                     "error": error,
                     "lease_owner": None,
@@ -393,7 +393,7 @@ class RunLifecycle(StoreBase):
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
         async with self.transaction() as tx:
-            run = await tx.hold(run_id, worker_id, status="ready", lease_owner=None, lease_expires_at=None)
+            run = await tx.hold(run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
             await tx.audit(worker_id, "run.released", "run", run_id, run_id=run_id, agent_name=run.agent_name)
             await tx.announce(READY_CHANNEL, run_id)
 
@@ -416,17 +416,17 @@ class RunLifecycle(StoreBase):
             await tx.session.execute(
                 update(ToolCallRow)
                 .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(NOT_RUN_CALL_STATUSES))
-                .values(status="cancelled", updated_at=now)
+                .values(status=CallStatus.CANCELLED, updated_at=now)
             )
             interrupted = (
                 await tx.session.execute(
                     update(ToolCallRow)
-                    .where(ToolCallRow.run_id == run_id, ToolCallRow.status == "executing")
-                    .values(status="outcome_unknown", updated_at=now)
+                    .where(ToolCallRow.run_id == run_id, ToolCallRow.status == CallStatus.EXECUTING)
+                    .values(status=CallStatus.OUTCOME_UNKNOWN, updated_at=now)
                     .returning(ToolCallRow.id, ToolCallRow.tool_name)
                 )
             ).all()
-            run.status = "cancelled"
+            run.status = RunStatus.CANCELLED
             run.error = reason
             run.lease_owner = None
             run.lease_expires_at = None
@@ -460,9 +460,9 @@ class RunLifecycle(StoreBase):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not retry runs")
         async with self.transaction() as tx:
             run = await self._run_for_update(tx.session, run_id)
-            if run.status != "failed":
+            if run.status != RunStatus.FAILED:
                 raise Conflict(f"Run {run_id!r} is {run.status}; only failed runs can be retried", status=run.status)
-            run.status = "ready"
+            run.status = RunStatus.READY
             run.error = None
             run.updated_at = utcnow()
             await tx.audit(actor.id, "run.retried", "run", run_id, run_id=run_id, agent_name=run.agent_name)
@@ -476,9 +476,9 @@ def _call_results(messages: Sequence[ModelMessage], executing: Collection[str] |
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, ToolReturnPart) and part.source == "tool":
-                    outcomes[part.tool_call_id] = ("succeeded", part.content)
+                    outcomes[part.tool_call_id] = (CallStatus.SUCCEEDED, part.content)
                 elif isinstance(part, RetryPromptPart) and part.tool_call_id:
-                    outcomes[part.tool_call_id] = ("failed", part.content)
+                    outcomes[part.tool_call_id] = (CallStatus.FAILED, part.content)
     if executing is not None:
         outcomes = {k: v for k, v in outcomes.items() if k in executing}
     return outcomes

@@ -8,12 +8,14 @@ constraint has a conventional name so alembic migrations stay stable.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Index,
@@ -23,11 +25,18 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    and_,
+    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from .states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, RunStatus
+
+E = TypeVar("E", bound=StrEnum)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -65,6 +74,23 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value
 
 
+class StatusText(TypeDecorator[E], Generic[E]):
+    """A status stored as its text and read back as its enum member, so a typo fails loudly, not silently."""
+
+    impl = String(20)
+    cache_ok = True
+
+    def __init__(self, enum: type[E]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -80,7 +106,7 @@ class RunRow(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     agent_name: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(20))
+    status: Mapped[RunStatus] = mapped_column(StatusText(RunStatus))
     prompt: Mapped[str | None] = mapped_column(Text)
     deps: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     output: Mapped[Any] = mapped_column(JsonValue, nullable=True)
@@ -136,7 +162,7 @@ class ToolCallRow(Base):
     tool_version: Mapped[str] = mapped_column(ForeignKey("tool_definitions.version"))
     args: Mapped[Any] = mapped_column(JsonValue)
     args_digest: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(20))
+    status: Mapped[CallStatus] = mapped_column(StatusText(CallStatus))
     reason: Mapped[str | None] = mapped_column(Text)
     """Why the tool asked for approval, when it said."""
     approvals_required: Mapped[int] = mapped_column(Integer, default=1)
@@ -154,6 +180,32 @@ class ToolCallRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
+    @hybrid_property
+    def current_digest(self) -> str:
+        """The digest of the arguments the call would run with: a reviewer's edit, else the model's."""
+        return self.override_digest or self.args_digest
+
+    @current_digest.inplace.expression
+    @classmethod
+    def _current_digest_sql(cls) -> ColumnElement[str]:
+        return func.coalesce(cls.override_digest, cls.args_digest)
+
+    @property
+    def current_args(self) -> dict[str, Any]:
+        """The arguments the call would run with: a reviewer's edit, else the model's validated ones."""
+        args = self.override_args if self.override_args is not None else self.args
+        return args if isinstance(args, dict) else {}
+
+    @hybrid_property
+    def is_open(self) -> bool:
+        """Whether the call waits for a person (and so may take a verdict)."""
+        return self.status in OPEN_CALL_STATUSES
+
+    @is_open.inplace.expression
+    @classmethod
+    def _is_open_sql(cls) -> ColumnElement[bool]:
+        return cls.status.in_(OPEN_CALL_STATUSES)
+
     __table_args__ = (
         UniqueConstraint("run_id", "tool_call_id", name="uq_tool_calls_run_id_tool_call_id"),
         Index("ix_tool_calls_status_created_at_id", "status", "created_at", "id"),
@@ -164,7 +216,9 @@ class ToolCallRow(Base):
     )
 
 
-STANDING_APPROVAL = text("verdict IN ('approve', 'edit') AND consumed_at IS NULL")
+STANDING_APPROVAL = text(
+    "verdict IN (" + ", ".join(f"'{verdict}'" for verdict in APPROVAL_VERDICTS) + ") AND consumed_at IS NULL"
+)
 """The decisions that count towards a call's quorum (`Transaction.count_approvals`)."""
 
 
@@ -201,6 +255,10 @@ class DecisionRow(Base):
         ),
         Index("ix_decisions_call_id", "call_id"),
     )
+
+
+STANDING = and_(DecisionRow.verdict.in_(APPROVAL_VERDICTS), DecisionRow.consumed_at.is_(None))
+"""`STANDING_APPROVAL` as an expression for queries: the same two conditions."""
 
 
 class AuditEventRow(Base):

@@ -1,10 +1,14 @@
 """The durable store under load: write cost per step, pause latency, wake-up latency, throughput.
 
-Targets (issue 4):
+`python bench/bench_store.py decisions` measures only the decisions: one client's latency
+on both databases and 4 clients' throughput on PostgreSQL.
+
+Targets (issues 4 and 15):
 - bytes written per step stay the size of the step's new messages at any history length;
 - a pause costs under 3 ms on PostgreSQL at any history length;
 - a decision wakes the resumer in under 50 ms (LISTEN/NOTIFY, no polling sleep);
-- at least 700 decisions/s and 300 resumes/s (no-op model) with 4 workers on PostgreSQL.
+- at least 700 decisions/s and 300 resumes/s (no-op model) with 4 workers on PostgreSQL;
+- a decision's p50 at most 5 ms on PostgreSQL with one client.
 
 The 4 workers are measured three ways, as `run_worker` can hold several runs at once:
 4 processes of 1 run each, 2 processes of 2, and 1 process of 4. The tables are analyzed
@@ -293,6 +297,23 @@ def parallel(target: Any, args_list: list[tuple[Any, ...]]) -> float:
     return time.perf_counter() - start
 
 
+async def bench_decision_latency(url: str, label: str, count: int = 300) -> None:
+    """One reviewer deciding paused calls one after another: the latency of one decision."""
+    ids = await prepare_paused_runs(url, count)
+    database = Database(url)
+    store = Store(database)
+    reviewer = Actor("reviewer", "reviewer")
+    samples = []
+    for call_id in ids:
+        start = time.perf_counter()
+        await store.decide(call_id, Approve(), actor=reviewer)
+        samples.append((time.perf_counter() - start) * 1000)
+    await database.dispose()
+    samples = samples[20:]  # warm-up: connections, prepared statements
+    p50, p95 = statistics.median(samples), statistics.quantiles(samples, n=20)[18]
+    print(f"[{label}] decision, one client: p50 {p50:.2f} ms, p95 {p95:.2f} ms ({len(samples)} decisions)")
+
+
 THROUGHPUT_SHAPES = ((4, 1), (2, 2), (1, 4))
 """4 workers as (processes, runs each continues at once): one per process, two per process, all in one."""
 
@@ -308,6 +329,26 @@ def bench_throughput(url: str, processes: int, concurrency: int, runs: int = 200
 
 
 def main() -> None:
+    only_decisions = sys.argv[1:] == ["decisions"]
+    pg_url = create_pg_database()
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite_url = f"sqlite:///{tmp}/decisions.db"
+        upgrade(sqlite_url)
+        try:
+            anyio.run(bench_decision_latency, pg_url, "postgresql")
+            anyio.run(bench_decision_latency, sqlite_url, "sqlite")
+        finally:
+            drop_pg_database(pg_url)
+    if only_decisions:
+        decisions_url = create_pg_database()
+        try:
+            ids = anyio.run(prepare_paused_runs, decisions_url, 2000)
+            chunks = [ids[i::4] for i in range(4)]
+            seconds = parallel(_decide_worker, [(decisions_url, chunk, f"r{i}", 1) for i, chunk in enumerate(chunks)])
+            print(f"[postgresql] 4 processes x 1: {len(ids)} decisions {len(ids) / seconds:6.0f} /s")
+        finally:
+            drop_pg_database(decisions_url)
+        return
     pg_url = create_pg_database()
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_url = f"sqlite:///{tmp}/bench.db"

@@ -7,8 +7,10 @@ updates, inserts, audit appends and wake-ups as the SQLAlchemy path does on SQLi
 
 - `approvals_claim` leases a ready run and returns what the worker needs to continue;
 - `approvals_run_write` applies a `RunWrite` (mark executing, a step, a pause, the end),
-  sent as one JSON document;
-- `approvals_decide` records a verdict under the rules of `decisions._check_decidable`.
+  sent as one JSON document.
+
+Decisions are not here: they have one implementation, in Python (`decisions.py`), on both
+databases (migration 0010 dropped the function that repeated it).
 
 The server extends the audit chain: after the advisory lock it reads the head and hashes
 `prev_hash || content`, where `approvals_event_content` builds the same canonical JSON as
@@ -20,7 +22,6 @@ Connections come from the SQLAlchemy engine's pool, so there is one pool and one
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,17 +34,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import greenlet_spawn
 
 from .._canonical import canonical_json
-from ..exceptions import Conflict, NotFound
+from ..exceptions import Conflict
 from ..messages import MESSAGE_FORMAT_VERSION, dump_message
 from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, load_history_rows, tool_definition_row, utcnow
 from .db import json_text
-from .models import ToolCallRow
 
 if TYPE_CHECKING:
     from ..messages import ModelRequest, ModelResponse
     from .db import Database
 
-__all__ = ("ClaimedRow", "Refused", "StaleLease", "pg_claim", "pg_decide", "pg_run_write")
+__all__ = ("ClaimedRow", "StaleLease", "pg_claim", "pg_run_write")
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -237,37 +237,3 @@ async def pg_claim(
         decided_calls={call["tool_call_id"]: DecidedCall(**call) for call in decided or ()},
         executing=frozenset(executing or ()),
     )
-
-
-_NO_CALL = "AP404"
-"""SQLSTATE `approvals_decide` raises for a call that does not exist."""
-_REFUSED = "AP409"
-"""SQLSTATE `approvals_decide` raises when the call cannot take the verdict; DETAIL is the call's state."""
-
-
-class Refused(Exception):
-    """`approvals_decide` refused the verdict: the call as it stands, for the caller to say why."""
-
-    def __init__(self, call: ToolCallRow, started_by: str | None) -> None:
-        self.call = call
-        self.started_by = started_by
-        super().__init__(f"call {call.id!r} cannot take this verdict")
-
-
-async def pg_decide(db: Database, document: dict[str, Any]) -> ToolCallRow:
-    """Record one verdict in one statement (`approvals_decide`, migration 0004); returns the call afterwards."""
-    try:
-        async with _autocommit(db) as connection:
-            cursor = await connection.execute("SELECT * FROM approvals_decide(%s)", (jsonb(document),))
-            row = await cursor.fetchone()
-            columns = [column.name for column in cursor.description or ()]
-    except psycopg.Error as exc:
-        if exc.sqlstate == _NO_CALL:
-            raise NotFound(f"No call {document['call_id']!r}") from None
-        if exc.sqlstate == _REFUSED:
-            state = json.loads(exc.diag.message_detail or "{}")
-            started_by = state.pop("started_by", None)
-            raise Refused(ToolCallRow(id=document["call_id"], **state), started_by) from None
-        raise
-    assert row is not None  # the function returns the call or raises
-    return ToolCallRow(**dict(zip(columns, row, strict=True)))

@@ -1,7 +1,8 @@
 """Reviewers' verdicts on pending calls, and expiry of calls nobody decided in time.
 
-`decide` locks the call row, so of two reviewers deciding at once exactly one wins and the
-other gets a `Conflict` naming who decided. Approvals are bound to the digest of the
+`decide` locks the run's row and then the call's, so of two reviewers deciding at once
+exactly one wins and the other gets a `Conflict` naming who decided. It is the one
+implementation of a decision, on SQLite and PostgreSQL alike. Approvals are bound to the digest of the
 arguments they approved; with a quorum, only approvals of the current arguments count,
 and an edit starts the count again for the edited arguments.
 
@@ -20,12 +21,12 @@ from typing import Any, TypeAlias
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from .._canonical import canonical_json, digest
+from .._canonical import digest
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import SYSTEM, Actor, StoreBase, Transaction
-from ._pg import Refused, pg_decide
 from ._writes import utcnow
-from .models import RunRow, ToolCallRow
+from .errors import violates_unique_index
+from .models import STANDING_APPROVAL_INDEX, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
 from .states import CallStatus
 
@@ -101,26 +102,6 @@ def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict
         raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
 
 
-def _decision_document(call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> dict[str, Any]:
-    """A verdict as `approvals_decide` reads it; audit details go with their canonical text."""
-    document: dict[str, Any] = {"call_id": call_id, "actor": actor.id, "now": now.isoformat()}
-    if isinstance(verdict, Deny):
-        return {**document, "verdict": "deny", "reason": verdict.reason}
-    if isinstance(verdict, Answer):
-        answer = verdict.content
-        return {**document, "verdict": "answer", "answer": answer, "answer_text": canonical_json(answer)}
-    if isinstance(verdict, EditAndApprove):
-        return {
-            **document,
-            "verdict": "edit",
-            "seen_digest": verdict.args_digest,
-            "edited_args": verdict.args,
-            "edited_digest": digest(verdict.args),
-            "edited_text": canonical_json(verdict.args),
-        }
-    return {**document, "verdict": "approve", "seen_digest": verdict.args_digest}
-
-
 class DecisionOps(StoreBase):
     """Decisions and expiry."""
 
@@ -136,8 +117,6 @@ class DecisionOps(StoreBase):
         if isinstance(verdict, Deny) and not verdict.reason.strip():
             raise UserError("A denial needs a reason: the model reads it")  # refused before any write
         try:
-            if self.db.is_postgres:
-                return await self._decide_in_one_statement(call_id, verdict, actor)
             async with self.transaction() as tx:
                 found = await tx.lock_call(call_id)
                 if found is None:
@@ -146,19 +125,13 @@ class DecisionOps(StoreBase):
                 _check_decidable(call, started_by, verdict, actor)
                 await self._apply(tx, call, verdict, actor)
                 return call
-        except IntegrityError:  # the standing-approval index: a second approval of the same arguments
-            raise Conflict(
+        except IntegrityError as exc:
+            if not violates_unique_index(exc, STANDING_APPROVAL_INDEX):
+                raise
+            raise Conflict(  # a second standing approval of the same arguments by the same person
                 f"{actor.id!r} already approved call {call_id!r} with these arguments; "
                 "a quorum needs approvals from different people"
             ) from None
-
-    async def _decide_in_one_statement(self, call_id: str, verdict: Verdict, actor: Actor) -> ToolCallRow:
-        """PostgreSQL: `approvals_decide` applies the same rules and writes as `_apply`, in one round trip."""
-        try:
-            return await pg_decide(self.db, _decision_document(call_id, verdict, actor, utcnow()))
-        except Refused as refused:
-            _check_decidable(refused.call, refused.started_by, verdict, actor)  # says why, in our words
-            raise Conflict(f"Call {call_id!r} cannot take this verdict now", status=refused.call.status) from None
 
     async def _apply(self, tx: Transaction, call: ToolCallRow, verdict: Verdict, actor: Actor) -> None:
         now = utcnow()

@@ -117,7 +117,6 @@ HOT_PATH_FUNCTIONS = {
     "approvals_audit_append",
     "approvals_audit_head",
     "approvals_claim",
-    "approvals_decide",
     "approvals_event_content",
     "approvals_run_write",
     "approvals_stale_lease",

@@ -1,9 +1,10 @@
-"""PostgreSQL's hot path: each of a run's writes and each decision is one function call.
+"""PostgreSQL's hot path: a claim and each of a run's writes is one function call.
 
 Through the ORM every statement costs a round trip and most of a millisecond of Python,
-and a claim, a step or a decision is five to ten statements. Here each is one call, in
-autocommit mode, to a PL/pgSQL function from migration 0004 that makes the same guarded
-updates, inserts, audit appends and wake-ups as the SQLAlchemy path does on SQLite:
+and a claim or a step is five to ten statements. Here each is one call, in autocommit
+mode, to a PL/pgSQL function from `sql/hot_path_v2.sql` (names from `hot_path_sql`) that
+makes the same guarded updates, inserts, audit appends and wake-ups as the SQLAlchemy
+path does on SQLite:
 
 - `approvals_claim` leases a ready run and returns what the worker needs to continue;
 - `approvals_run_write` applies a `RunWrite` (mark executing, a step, a pause, the end),
@@ -38,6 +39,7 @@ from ..exceptions import Conflict
 from ..messages import MESSAGE_FORMAT_VERSION, dump_message
 from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, load_history_rows, tool_definition_row, utcnow
 from .db import json_text
+from .hot_path_sql import function_name
 
 if TYPE_CHECKING:
     from ..messages import ModelRequest, ModelResponse
@@ -71,6 +73,8 @@ class StaleLease:
     id: str
 
 
+_RUN_WRITE = f"SELECT {function_name('run_write')}(%s)"
+_CLAIM = f"SELECT * FROM {function_name('claim')}(%s)"  # noqa: S608 (a constant name, no input)
 _LEASE_LOST = "AP001"
 """SQLSTATE `approvals_run_write` raises when the worker does not hold the run; DETAIL is its status."""
 _NOT_APPROVED = "AP002"
@@ -126,7 +130,7 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
     document = jsonb(_run_write_document(write, stored_tool_versions))
     try:
         async with _autocommit(db) as connection:
-            await connection.execute("SELECT approvals_run_write(%s)", (document,))
+            await connection.execute(_RUN_WRITE, (document,))
     except psycopg.Error as exc:
         if exc.sqlstate == _LEASE_LOST:
             raise lease_lost(write.run_id, write.worker_id, exc.diag.message_detail or None) from None
@@ -220,7 +224,7 @@ async def pg_claim(
     if agent_names is not None:
         document["agents"] = list(agent_names)
     async with _autocommit(db) as connection:
-        cursor = await connection.execute("SELECT * FROM approvals_claim(%s)", (jsonb(document),))
+        cursor = await connection.execute(_CLAIM, (jsonb(document),))
         row = await cursor.fetchone()
     if row is None:
         return None

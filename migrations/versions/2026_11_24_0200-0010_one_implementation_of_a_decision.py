@@ -14,7 +14,6 @@ Create Date: 2026-11-24 02:00:00
 from collections.abc import Sequence
 
 from alembic import op
-from alembic.script import ScriptDirectory
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -29,5 +28,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        script = ScriptDirectory.from_config(op.get_context().config)
+        script = op.get_context().script
+        assert script is not None, "run through alembic's environment (approvals db upgrade)"
         op.execute(script.get_revision("0004").module.DECIDE)

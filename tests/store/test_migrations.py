@@ -17,6 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
+from approvals.store.hot_path_sql import FUNCTIONS, function_name
 from approvals.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate
 
@@ -121,6 +122,8 @@ HOT_PATH_FUNCTIONS = {
     "approvals_run_write",
     "approvals_stale_lease",
 }
+"""The unversioned functions of migrations 0004 and 0005, kept for workers of the previous release."""
+HOT_PATH_FUNCTIONS |= {function_name(f) for f in FUNCTIONS}
 
 
 def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:

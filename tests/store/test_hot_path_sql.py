@@ -1,0 +1,86 @@
+"""The hot path's SQL has one copy, a versioned file: what migrations install is that file, unedited."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from approvals.store.audit import AUDIT_LOCK_KEY
+from approvals.store.hot_path_sql import (
+    FUNCTIONS,
+    HOT_PATH_VERSION,
+    function_name,
+    hot_path_sha256,
+    hot_path_statements,
+)
+from approvals.store.migrate import upgrade
+from approvals.store.states import CallStatus, RunStatus
+
+from .conftest import BACKENDS
+from .test_migrations import empty_database
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+needs_postgres = pytest.mark.skipif("postgresql" not in BACKENDS, reason="the functions exist on PostgreSQL only")
+
+
+def migration_installing(version: int) -> object:
+    """The migration module whose VERSION is `version`."""
+    for path in sorted(MIGRATIONS.glob("*.py")):
+        if f"hot_path_v{version}.sql" in path.read_text():
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            if getattr(module, "VERSION", None) == version:
+                return module
+    raise AssertionError(f"no migration installs hot_path_v{version}.sql")
+
+
+def test_the_released_file_is_the_one_its_migration_recorded() -> None:
+    """Edit a released version and this fails: a change belongs in a new file with new names."""
+    migration = migration_installing(HOT_PATH_VERSION)
+    assert hot_path_sha256(HOT_PATH_VERSION) == migration.SHA256  # type: ignore[attr-defined]
+
+
+def test_the_file_names_only_statuses_the_store_knows_and_its_audit_lock() -> None:
+    text = "\n".join(hot_path_statements())
+    known = {*RunStatus, *CallStatus}
+    named = set(re.findall(r"status\s*(?:=|<>)\s*'([a-z_]+)'", text))
+    for listed in re.findall(r"status\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", text):
+        named |= set(re.findall(r"'([a-z_]+)'", listed))
+    assert named, "the pattern found no status: it no longer matches the file"
+    assert named <= known, f"statuses the store does not know: {named - known}"
+    assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", text) == [str(AUDIT_LOCK_KEY)]
+
+
+def test_each_function_is_defined_once_under_its_versioned_name() -> None:
+    names = [re.search(r"CREATE FUNCTION (\w+)\(", s).group(1) for s in hot_path_statements()]  # type: ignore[union-attr]
+    assert sorted(names) == sorted(function_name(f) for f in FUNCTIONS)
+    calls = set(re.findall(r"\b(approvals_\w+)\(", "\n".join(hot_path_statements())))
+    assert calls <= set(names), f"calls outside this version: {calls - set(names)}"
+
+
+def function_definitions(url: str) -> dict[str, str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT proname, pg_get_functiondef(oid) FROM pg_proc WHERE proname LIKE %s", (f"%\\_v{HOT_PATH_VERSION}",)
+        ).fetchall()
+    return dict(rows)
+
+
+@needs_postgres
+def test_migrations_install_exactly_the_file(tmp_path: Path) -> None:
+    """A database built by the migrations holds the same function definitions as the file applied by itself."""
+    with empty_database("postgresql", tmp_path) as migrated, empty_database("postgresql", tmp_path) as from_file:
+        upgrade(migrated)
+        upgrade(from_file, "0010")  # the tables, and no version-2 function yet
+        with psycopg.connect(from_file, autocommit=True) as conn:
+            for statement in hot_path_statements():
+                conn.execute(statement.encode())
+        expected = function_definitions(from_file)
+        assert set(expected) == {function_name(f) for f in FUNCTIONS}
+        assert function_definitions(migrated) == expected

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -94,9 +95,10 @@ class Transaction:
         now = write.now
         if write.messages:
             await self.session.execute(insert(MessageRow), message_rows(run, write.messages, now))
+        insert_new = pg_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
         for definition in write.tool_definitions:
             await self.session.execute(
-                sqlite_insert(ToolDefinitionRow).values(tool_definition_row(definition, now)).on_conflict_do_nothing()
+                insert_new(ToolDefinitionRow).values(tool_definition_row(definition, now)).on_conflict_do_nothing()
             )
         if write.calls:
             pending = {"run_id": run.id, "agent_name": run.agent_name, "status": CallStatus.PENDING}

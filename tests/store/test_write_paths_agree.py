@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from approvals.messages import ModelResponse, TextPart, ToolCallPart
+from approvals.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from approvals.store import Database, Store
 from approvals.store._pg import pg_run_write
 from approvals.store._writes import Interrupted, RunEvent, RunWrite, tool_definition_row
@@ -73,7 +73,7 @@ ops = st.one_of(
 
 def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | str:
     """The write an operation makes, or the SQL it runs on both databases alike (what a reviewer or a claim does)."""
-    base = {"run_id": RUN, "worker_id": WORKER, "now": now}
+    base: dict[str, Any] = {"run_id": RUN, "worker_id": WORKER, "now": now}
     if op == "step":
         return RunWrite(**base, messages=[ModelResponse(parts=[TextPart(content=t)]) for t in arg])
     if op == "pause":
@@ -92,7 +92,9 @@ def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | str
             }
             for tool_call_id in arg
         ]
-        parts = [ToolCallPart(tool_name=TOOL.name, args={"n": index}, tool_call_id=t) for t in arg]
+        parts: list[TextPart | ThinkingPart | ToolCallPart] = [
+            ToolCallPart(tool_name=TOOL.name, args={"n": index}, tool_call_id=t) for t in arg
+        ]
         return RunWrite(**base, messages=[ModelResponse(parts=parts)], calls=calls, tool_definitions=[TOOL])
     if op == "approve":
         return (

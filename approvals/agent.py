@@ -29,7 +29,6 @@ from .exceptions import (
     ToolDefinitionError,
     ToolRetriesExceeded,
     ToolRetryError,
-    UsageLimitExceeded,
     UserError,
 )
 from .messages import (
@@ -49,6 +48,7 @@ from .models import Model, ModelRequestParameters, ModelSettings, infer_model
 from .models.settings import check_model_settings, forced_tool_choice, merge_model_settings
 from .tools import Tool, ToolDefinition, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
+from .usage import UsageLimits, usage_of_run
 
 __all__ = ("Agent", "AgentRunResult", "UsageLimits", "pending_tool_calls")
 
@@ -56,34 +56,6 @@ AgentDepsT = TypeVar("AgentDepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 ModelMessage = ModelRequest | ModelResponse
 OUTPUT_TOOL_NAME = "final_result"
-
-
-@dataclass(kw_only=True)
-class UsageLimits:
-    """Caps for one run; going past one fails the run with `UsageLimitExceeded`."""
-
-    request_limit: int | None = 50
-    """Model requests per run."""
-    tool_calls_limit: int | None = None
-    """Tool executions per run."""
-    total_tokens_limit: int | None = None
-    """Input plus output tokens per run, as the provider reports them."""
-
-    def check_before_request(self, usage: Usage) -> None:
-        if self.request_limit is not None and usage.requests >= self.request_limit:
-            raise UsageLimitExceeded(f"The next model request would exceed the request limit of {self.request_limit}")
-
-    def check_tokens(self, usage: Usage) -> None:
-        if self.total_tokens_limit is not None and usage.total_tokens > self.total_tokens_limit:
-            raise UsageLimitExceeded(
-                f"Used {usage.total_tokens} tokens, over the total_tokens_limit of {self.total_tokens_limit}"
-            )
-
-    def check_before_tool_calls(self, usage: Usage, count: int) -> None:
-        if self.tool_calls_limit is not None and usage.tool_calls + count > self.tool_calls_limit:
-            raise UsageLimitExceeded(
-                f"Running {count} more tool call(s) would exceed the tool_calls_limit of {self.tool_calls_limit}"
-            )
 
 
 @dataclass(kw_only=True)
@@ -308,7 +280,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         messages: list[ModelMessage] = list(message_history or [])
         run_id = run_id or _first_run_id(messages) or uuid.uuid4().hex
         limits = usage_limits or self.usage_limits
-        usage = _usage_of_run(messages, run_id)
+        usage = usage_of_run(messages, run_id)
         ctx: RunContext[AgentDepsT] = RunContext(deps=deps, run_id=run_id, run_step=usage.requests)
         manager: ToolManager[AgentDepsT] = ToolManager(
             self.tools,
@@ -586,19 +558,6 @@ def _jsonable(value: Any, tool_name: str) -> Any:
 
 def _first_run_id(messages: Sequence[ModelMessage]) -> str | None:
     return next((m.run_id for m in reversed(messages) if m.run_id), None)
-
-
-def _usage_of_run(messages: Sequence[ModelMessage], run_id: str) -> Usage:
-    """Usage so far of this run, read from its history, so a resumed run keeps counting toward its limits."""
-    usage = Usage()
-    for message in messages:
-        if message.run_id != run_id:
-            continue
-        if isinstance(message, ModelResponse):
-            usage.incr(message.usage)
-        else:
-            usage.tool_calls += sum(1 for p in message.parts if isinstance(p, ToolReturnPart) and p.source == "tool")
-    return usage
 
 
 def _tool_call_accepted_since_prompt(messages: Sequence[ModelMessage]) -> bool:

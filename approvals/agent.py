@@ -16,11 +16,10 @@ from typing import Any, Generic, cast, overload
 
 import anyio
 import pydantic_core
-from pydantic import TypeAdapter
 from typing_extensions import TypeVar
 
-from ._canonical import non_finite_path
 from ._model_output import storable_response, tool_call_ids
+from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._run_context import RunContext
 from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
 from .deferred import DeferredToolCall, DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved
@@ -46,7 +45,7 @@ from .messages import (
 )
 from .models import Model, ModelRequestParameters, ModelSettings, infer_model
 from .models.settings import check_model_settings, forced_tool_choice, merge_model_settings
-from .tools import Tool, ToolDefinition, ToolsPrepareFunc
+from .tools import Tool, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
 from .usage import UsageLimits, usage_of_run
 
@@ -55,7 +54,6 @@ __all__ = ("Agent", "AgentRunResult", "UsageLimits", "pending_tool_calls")
 AgentDepsT = TypeVar("AgentDepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 ModelMessage = ModelRequest | ModelResponse
-OUTPUT_TOOL_NAME = "final_result"
 
 
 @dataclass(kw_only=True)
@@ -86,53 +84,6 @@ class AgentRunResult(Generic[OutputT]):
 
     def new_messages_json(self) -> bytes:
         return dump_messages(self.new_messages())
-
-
-class _OutputSchema:
-    """A structured output type, offered to the model as the `final_result` tool."""
-
-    def __init__(self, output_type: Any) -> None:
-        self.adapter: TypeAdapter[Any] = TypeAdapter(output_type)
-        schema = self.adapter.json_schema()
-        self.wrapped = schema.get("type") != "object"
-        if self.wrapped:
-            schema = {
-                "type": "object",
-                "properties": {"response": schema},
-                "required": ["response"],
-                "additionalProperties": False,
-            }
-        self.tool_def = ToolDefinition(
-            name=OUTPUT_TOOL_NAME,
-            description="Call this with the final response; it ends the conversation.",
-            parameters_json_schema=schema,
-        )
-
-    def validate(self, call: ToolCallPart) -> Any:
-        try:
-            args: Any = call.args
-            if self.wrapped:
-                result = self.adapter.validate_python(call.args_as_dict().get("response"))
-            elif isinstance(args, str):
-                result = self.adapter.validate_json(args or "{}")
-            else:
-                result = self.adapter.validate_python(args or {})
-        except pydantic_core.ValidationError as exc:
-            lines = "\n".join(
-                f"- {'.'.join(map(str, e['loc'])) or 'output'}: {e['msg']}" for e in exc.errors(include_url=False)
-            )
-            raise ToolRetryError(
-                OUTPUT_TOOL_NAME, f"The final result is invalid:\n{lines}\nFix it and try again."
-            ) from None
-        path = non_finite_path(self.adapter.dump_python(result, mode="json"))
-        if path is not None:
-            where = ".".join(map(str, path)) or "output"
-            raise ToolRetryError(
-                OUTPUT_TOOL_NAME,
-                f"The final result is invalid:\n- {where}: Input should be a finite number (not infinity or NaN)\n"
-                "Fix it and try again.",
-            )
-        return result
 
 
 class Agent(Generic[AgentDepsT, OutputT]):
@@ -190,7 +141,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         self.reset_tool_choice = reset_tool_choice
         self._own_tools = FunctionToolset[AgentDepsT](tools)
         self._toolsets = list(toolsets)
-        self._output = None if output_type is str else _OutputSchema(output_type)
+        self._output = None if output_type is str else OutputSchema(output_type)
         self._tools_cache: dict[str, Tool[Any]] | None = None
         self.tools  # noqa: B018 - check for duplicate names now, not at the first run
 
@@ -376,7 +327,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
                         )
                     else:
                         messages.append(
-                            ModelRequest(parts=_ended_parts(response.tool_calls, final_calls[0]), run_id=ctx.run_id)
+                            ModelRequest(parts=ended_parts(response.tool_calls, final_calls[0]), run_id=ctx.run_id)
                         )
                         return result  # type: ignore[no-any-return]
             elif not calls:
@@ -516,21 +467,6 @@ def _parts_for(
                 RetryPromptPart(content=outcome.message, tool_name=call.tool_name, tool_call_id=call.tool_call_id)
             )
     return parts + extra
-
-
-def _ended_parts(calls: Sequence[ToolCallPart], final: ToolCallPart) -> list[ModelRequestPart]:
-    """Results for every call of the step that ended the run; other calls were not run."""
-    return [
-        ToolReturnPart(
-            tool_name=call.tool_name,
-            content="Final result processed."
-            if call is final
-            else "Not executed: the run ended with its final result.",
-            tool_call_id=call.tool_call_id,
-            source="not-run",
-        )
-        for call in calls
-    ]
 
 
 def _deferred_call(manager: ToolManager[Any], outcome: CallDeferred) -> DeferredToolCall:

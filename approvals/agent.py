@@ -18,6 +18,7 @@ import anyio
 import pydantic_core
 from typing_extensions import TypeVar
 
+from ._history import pending_tool_calls, resolved_ids, run_id_of, tool_call_accepted_since_prompt
 from ._model_output import storable_response, tool_call_ids
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._run_context import RunContext
@@ -229,7 +230,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         if chosen is None:
             raise UserError("No model: pass one to Agent(...) or to run(model=...)")
         messages: list[ModelMessage] = list(message_history or [])
-        run_id = run_id or _first_run_id(messages) or uuid.uuid4().hex
+        run_id = run_id or run_id_of(messages) or uuid.uuid4().hex
         limits = usage_limits or self.usage_limits
         usage = usage_of_run(messages, run_id)
         ctx: RunContext[AgentDepsT] = RunContext(deps=deps, run_id=run_id, run_step=usage.requests)
@@ -347,7 +348,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         """The run's settings, without a forcing `tool_choice` once a tool call has been accepted."""
         if not (settings and self.reset_tool_choice and forced_tool_choice(settings.get("tool_choice"))):
             return settings
-        if not _tool_call_accepted_since_prompt(messages):
+        if not tool_call_accepted_since_prompt(messages):
             return settings
         unforced = dict(settings)
         del unforced["tool_choice"]
@@ -366,7 +367,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
     ) -> list[ModelRequestPart]:
         """Check every decision first, then run the approved calls; parts in the model's call order."""
         decisions = results.decisions()
-        resolved = _resolved_ids(messages)
+        resolved = resolved_ids(messages)
         problems = [
             f"no decision for call {call_id!r} ({call.tool_name})"
             for call_id, call in pending.items()
@@ -490,51 +491,3 @@ def _jsonable(value: Any, tool_name: str) -> Any:
         return pydantic_core.to_jsonable_python(value)
     except pydantic_core.PydanticSerializationError as exc:
         raise UserError(f"Tool {tool_name!r} returned a value that cannot be turned into JSON: {exc}") from exc
-
-
-def _first_run_id(messages: Sequence[ModelMessage]) -> str | None:
-    return next((m.run_id for m in reversed(messages) if m.run_id), None)
-
-
-def _tool_call_accepted_since_prompt(messages: Sequence[ModelMessage]) -> bool:
-    """Whether a tool call got a result or a denial after the latest user prompt (retry prompts do not count)."""
-    for message in reversed(messages):
-        if isinstance(message, ModelResponse):
-            continue
-        for part in message.parts:
-            if isinstance(part, ToolReturnPart | ToolDeniedPart):
-                return True
-        if any(isinstance(part, UserPromptPart) for part in message.parts):
-            return False
-    return False
-
-
-def _last_response_index(messages: Sequence[ModelMessage]) -> int | None:
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], ModelResponse):
-            return index
-    return None
-
-
-def _resolved_ids(messages: Sequence[ModelMessage]) -> set[str]:
-    """Ids of the last response's calls that already have a result, retry prompt or denial."""
-    index = _last_response_index(messages)
-    if index is None:
-        return set()
-    return {
-        part.tool_call_id
-        for message in messages[index + 1 :]
-        for part in message.parts
-        if isinstance(part, ToolReturnPart | ToolDeniedPart | RetryPromptPart) and part.tool_call_id
-    }
-
-
-def pending_tool_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
-    """The last response's tool calls that have no result yet: the calls a paused run waits on."""
-    index = _last_response_index(messages)
-    if index is None:
-        return {}
-    response = messages[index]
-    assert isinstance(response, ModelResponse)
-    resolved = _resolved_ids(messages)
-    return {c.tool_call_id: c for c in response.tool_calls if c.tool_call_id not in resolved}

@@ -30,8 +30,9 @@ from typing import Any
 import anyio
 import pydantic_core
 
+from ._history import pending_tool_calls
 from ._outage import Outage
-from .agent import Agent, pending_tool_calls
+from .agent import Agent
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .messages import ModelRequest, ModelResponse

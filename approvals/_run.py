@@ -8,7 +8,7 @@ appends only its new messages, so the cost of a step does not grow with the hist
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, cast
 
@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 from ._history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
 from ._model_output import storable_response, tool_call_ids
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
+from ._persistence import NO_PERSISTENCE, RunPersistence
 from ._run_context import RunContext
 from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
 from .deferred import (
@@ -73,8 +74,8 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
     reset_tool_choice: bool
     instructions: str | None
     agent_name: str
-    before_approved_calls: Callable[[list[str]], Awaitable[None]] | None = None
-    on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None = None
+    persistence: RunPersistence = NO_PERSISTENCE
+    """Told when approved calls are about to run and when steps complete, so a store can keep up."""
     new_index: int = field(init=False)
     """Where the messages this run adds begin."""
     _delivered: int = field(init=False)
@@ -119,8 +120,8 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
 
     async def _loop(self) -> OutputT | DeferredToolRequests:
         while True:
-            if self.on_step is not None and len(self.messages) > self._delivered:
-                await self.on_step(self.messages[self._delivered :])
+            if len(self.messages) > self._delivered:
+                await self.persistence.on_step(self.messages[self._delivered :])
                 self._delivered = len(self.messages)
             response = await self._request()
             calls = response.tool_calls
@@ -205,8 +206,8 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
         decisions = results.decisions()
         to_run = self._checked_decisions(pending, decisions)
         self.limits.check_before_tool_calls(self.usage, len(to_run))
-        if self.before_approved_calls is not None and to_run:
-            await self.before_approved_calls(list(to_run))
+        if to_run:
+            await self.persistence.before_approved_calls(list(to_run))
         ran = dict(
             zip(
                 to_run,

@@ -9,7 +9,7 @@ continued by calling `run` again with the stored history and `DeferredToolResult
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import NoneType
 from typing import Any, Generic, overload
@@ -19,6 +19,7 @@ from typing_extensions import TypeVar
 
 from ._history import pending_tool_calls, run_id_of
 from ._output import OutputSchema
+from ._persistence import NO_PERSISTENCE, RunPersistence
 from ._run import AgentRun
 from ._run_context import RunContext
 from ._tool_manager import ToolManager
@@ -193,19 +194,14 @@ class Agent(Generic[AgentDepsT, OutputT]):
         model_settings: ModelSettings | None = None,
         usage_limits: UsageLimits | None = None,
         run_id: str | None = None,
-        before_approved_calls: Callable[[list[str]], Awaitable[None]] | None = None,
-        on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
+        persistence: RunPersistence | None = None,
     ) -> AgentRunResult[OutputT]:
         """Run until the model answers, or until calls need a person.
 
         Start a run with a `prompt`; continue a paused one with its `message_history` and
         `deferred_tool_results` (one decision per pending call). Invalid decisions raise
-        `InvalidDeferredResults` before anything runs. `before_approved_calls(ids)` is
-        awaited once all decisions are checked and before any approved call runs, so a
-        store can durably mark them as executing first. `on_step(messages)` is awaited
-        before each model request with the messages added since the last call, so a store
-        can append each step as it completes; the messages of the last step are only in
-        the result.
+        `InvalidDeferredResults` before anything runs. A store passes its `persistence`
+        to be told, durably, before approved calls run and as each step completes.
         """
         chosen = infer_model(model) if model is not None else self.model
         if chosen is None:
@@ -231,8 +227,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
             reset_tool_choice=self.reset_tool_choice,
             instructions=self.instructions,
             agent_name=self.name,
-            before_approved_calls=before_approved_calls,
-            on_step=on_step,
+            persistence=persistence or NO_PERSISTENCE,
         )
         output = await run.run(prompt, deferred_tool_results)
         return AgentRunResult(

@@ -44,6 +44,7 @@ from .messages import (
 )
 from .models import Model, ModelRequestParameters, ModelSettings
 from .models.settings import forced_tool_choice
+from .tools import Tool
 from .usage import UsageLimits
 
 __all__ = ("AgentRun",)
@@ -71,9 +72,13 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
     output: OutputSchema | None
     """The structured output type; None for a text answer."""
     output_retries: int
+    """Invalid outputs in a row the model may send before the run fails."""
     reset_tool_choice: bool
+    """Stop forcing a `tool_choice` once a tool call was accepted, so the model can answer."""
     instructions: str | None
+    """The system prompt a new run starts with."""
     agent_name: str
+    """How problems with decisions name the agent."""
     persistence: RunPersistence = NO_PERSISTENCE
     """Told when approved calls are about to run and when steps complete, so a store can keep up."""
     new_index: int = field(init=False)
@@ -119,6 +124,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             self._append(parts)
 
     async def _loop(self) -> OutputT | DeferredToolRequests:
+        """Hand finished steps to the persistence, ask the model, run its calls; until it answers or calls wait."""
         while True:
             if len(self.messages) > self._delivered:
                 await self.persistence.on_step(self.messages[self._delivered :])
@@ -205,7 +211,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
         """Check every decision first, then run the approved calls; parts in the model's call order."""
         decisions = results.decisions()
         to_run = self._checked_decisions(pending, decisions)
-        self.limits.check_before_tool_calls(self.usage, len(to_run))
+        self._check_tool_calls(len(to_run))
         if to_run:
             await self.persistence.before_approved_calls(list(to_run))
         ran = dict(
@@ -261,25 +267,32 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
                 continue
             if not isinstance(decision, ToolApproved):
                 continue
-            try:
-                original = tool.validate_args(call.args)
-            except ToolRetryError as exc:
-                problems.append(f"call {call_id!r}: its stored arguments no longer validate: {exc.message}")
+            validated = self._bind(call, tool, call.args, problems, "its stored arguments no longer validate: ")
+            if validated is None:
                 continue
-            validated = self.manager.bind(call, tool, original)
             if decision.args_digest is not None and decision.args_digest != validated.digest:
                 problems.append(f"call {call_id!r}: the approval was given for different arguments (digest mismatch)")
             if decision.override_args is not None:
-                try:
-                    edited = tool.validate_args(decision.override_args)
-                except ToolRetryError as exc:
-                    problems.append(f"call {call_id!r}: the edited arguments are invalid:\n{exc.message}")
+                validated = self._bind(
+                    call, tool, decision.override_args, problems, "the edited arguments are invalid:\n"
+                )
+                if validated is None:
                     continue
-                validated = self.manager.bind(call, tool, edited)
             to_run[call_id] = validated
         if problems:
             raise InvalidDeferredResults(problems)
         return to_run
+
+    def _bind(
+        self, call: ToolCallPart, tool: Tool[Any], args: Any, problems: list[str], invalid: str
+    ) -> ValidatedCall | None:
+        """The call with `args` once they validate; else None, and `problems` says why after `invalid`."""
+        try:
+            validated_args = tool.validate_args(args)
+        except ToolRetryError as exc:
+            problems.append(f"call {call.tool_call_id!r}: {invalid}{exc.message}")
+            return None
+        return self.manager.bind(call, tool, validated_args)
 
 
 def _parts_for(

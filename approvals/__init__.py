@@ -4,7 +4,7 @@ Tools are plain functions; risky calls pause until a person approves, denies or 
 """
 
 from ._run_context import RunContext
-from .agent import Agent, AgentRunResult, UsageLimits
+from .agent import Agent, AgentRunResult
 from .deferred import (
     DeferredToolCall,
     DeferredToolRequests,
@@ -35,6 +35,7 @@ from .exceptions import (
 )
 from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, tool
 from .toolsets import FunctionToolset
+from .usage import UsageLimits
 
 __all__ = (
     "INHERIT",

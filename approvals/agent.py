@@ -1,89 +1,42 @@
-"""The run loop: ask the model, run safe tool calls, and stop cleanly on calls that need a person.
+"""The front door: an `Agent` holds the model, tools and defaults; `run` starts or continues a run.
 
 `Agent.run` returns either the final output or `DeferredToolRequests`. A paused run is
 continued by calling `run` again with the stored history and `DeferredToolResults`; any
-`Agent` object with the same tools can do it, in this process or another. Each step
-appends only its new messages, so the cost of a step does not grow with the history.
+`Agent` object with the same tools can do it, in this process or another. The run itself
+(the loop, the decisions) is `approvals._run.AgentRun`; this module only builds it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import NoneType
-from typing import Any, Generic, cast, overload
+from typing import Any, Generic, overload
 
 import anyio
-import pydantic_core
-from pydantic import TypeAdapter
 from typing_extensions import TypeVar
 
-from ._canonical import non_finite_path
-from ._model_output import storable_response, tool_call_ids
+from ._history import pending_tool_calls, run_id_of
+from ._output import OutputSchema
+from ._persistence import NO_PERSISTENCE, RunPersistence
+from ._run import AgentRun
 from ._run_context import RunContext
-from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
-from .deferred import DeferredToolCall, DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved
-from .exceptions import (
-    InvalidDeferredResults,
-    ToolDefinitionError,
-    ToolRetriesExceeded,
-    ToolRetryError,
-    UsageLimitExceeded,
-    UserError,
-)
-from .messages import (
-    ModelRequest,
-    ModelRequestPart,
-    ModelResponse,
-    RetryPromptPart,
-    SystemPromptPart,
-    ToolCallPart,
-    ToolDeniedPart,
-    ToolReturnPart,
-    Usage,
-    UserPromptPart,
-    dump_messages,
-)
-from .models import Model, ModelRequestParameters, ModelSettings, infer_model
-from .models.settings import check_model_settings, forced_tool_choice, merge_model_settings
-from .tools import Tool, ToolDefinition, ToolsPrepareFunc
+from ._tool_manager import ToolManager
+from .deferred import DeferredToolRequests, DeferredToolResults
+from .exceptions import ToolDefinitionError, UserError
+from .messages import ModelRequest, ModelResponse, Usage, dump_messages
+from .models import Model, ModelSettings, infer_model
+from .models.settings import check_model_settings, merge_model_settings
+from .tools import Tool, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
+from .usage import UsageLimits, usage_of_run
 
 __all__ = ("Agent", "AgentRunResult", "UsageLimits", "pending_tool_calls")
 
 AgentDepsT = TypeVar("AgentDepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 ModelMessage = ModelRequest | ModelResponse
-OUTPUT_TOOL_NAME = "final_result"
-
-
-@dataclass(kw_only=True)
-class UsageLimits:
-    """Caps for one run; going past one fails the run with `UsageLimitExceeded`."""
-
-    request_limit: int | None = 50
-    """Model requests per run."""
-    tool_calls_limit: int | None = None
-    """Tool executions per run."""
-    total_tokens_limit: int | None = None
-    """Input plus output tokens per run, as the provider reports them."""
-
-    def check_before_request(self, usage: Usage) -> None:
-        if self.request_limit is not None and usage.requests >= self.request_limit:
-            raise UsageLimitExceeded(f"The next model request would exceed the request limit of {self.request_limit}")
-
-    def check_tokens(self, usage: Usage) -> None:
-        if self.total_tokens_limit is not None and usage.total_tokens > self.total_tokens_limit:
-            raise UsageLimitExceeded(
-                f"Used {usage.total_tokens} tokens, over the total_tokens_limit of {self.total_tokens_limit}"
-            )
-
-    def check_before_tool_calls(self, usage: Usage, count: int) -> None:
-        if self.tool_calls_limit is not None and usage.tool_calls + count > self.tool_calls_limit:
-            raise UsageLimitExceeded(
-                f"Running {count} more tool call(s) would exceed the tool_calls_limit of {self.tool_calls_limit}"
-            )
 
 
 @dataclass(kw_only=True)
@@ -114,53 +67,6 @@ class AgentRunResult(Generic[OutputT]):
 
     def new_messages_json(self) -> bytes:
         return dump_messages(self.new_messages())
-
-
-class _OutputSchema:
-    """A structured output type, offered to the model as the `final_result` tool."""
-
-    def __init__(self, output_type: Any) -> None:
-        self.adapter: TypeAdapter[Any] = TypeAdapter(output_type)
-        schema = self.adapter.json_schema()
-        self.wrapped = schema.get("type") != "object"
-        if self.wrapped:
-            schema = {
-                "type": "object",
-                "properties": {"response": schema},
-                "required": ["response"],
-                "additionalProperties": False,
-            }
-        self.tool_def = ToolDefinition(
-            name=OUTPUT_TOOL_NAME,
-            description="Call this with the final response; it ends the conversation.",
-            parameters_json_schema=schema,
-        )
-
-    def validate(self, call: ToolCallPart) -> Any:
-        try:
-            args: Any = call.args
-            if self.wrapped:
-                result = self.adapter.validate_python(call.args_as_dict().get("response"))
-            elif isinstance(args, str):
-                result = self.adapter.validate_json(args or "{}")
-            else:
-                result = self.adapter.validate_python(args or {})
-        except pydantic_core.ValidationError as exc:
-            lines = "\n".join(
-                f"- {'.'.join(map(str, e['loc'])) or 'output'}: {e['msg']}" for e in exc.errors(include_url=False)
-            )
-            raise ToolRetryError(
-                OUTPUT_TOOL_NAME, f"The final result is invalid:\n{lines}\nFix it and try again."
-            ) from None
-        path = non_finite_path(self.adapter.dump_python(result, mode="json"))
-        if path is not None:
-            where = ".".join(map(str, path)) or "output"
-            raise ToolRetryError(
-                OUTPUT_TOOL_NAME,
-                f"The final result is invalid:\n- {where}: Input should be a finite number (not infinity or NaN)\n"
-                "Fix it and try again.",
-            )
-        return result
 
 
 class Agent(Generic[AgentDepsT, OutputT]):
@@ -218,7 +124,7 @@ class Agent(Generic[AgentDepsT, OutputT]):
         self.reset_tool_choice = reset_tool_choice
         self._own_tools = FunctionToolset[AgentDepsT](tools)
         self._toolsets = list(toolsets)
-        self._output = None if output_type is str else _OutputSchema(output_type)
+        self._output = None if output_type is str else OutputSchema(output_type)
         self._tools_cache: dict[str, Tool[Any]] | None = None
         self.tools  # noqa: B018 - check for duplicate names now, not at the first run
 
@@ -288,358 +194,42 @@ class Agent(Generic[AgentDepsT, OutputT]):
         model_settings: ModelSettings | None = None,
         usage_limits: UsageLimits | None = None,
         run_id: str | None = None,
-        before_approved_calls: Callable[[list[str]], Awaitable[None]] | None = None,
-        on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
+        persistence: RunPersistence | None = None,
     ) -> AgentRunResult[OutputT]:
         """Run until the model answers, or until calls need a person.
 
         Start a run with a `prompt`; continue a paused one with its `message_history` and
         `deferred_tool_results` (one decision per pending call). Invalid decisions raise
-        `InvalidDeferredResults` before anything runs. `before_approved_calls(ids)` is
-        awaited once all decisions are checked and before any approved call runs, so a
-        store can durably mark them as executing first. `on_step(messages)` is awaited
-        before each model request with the messages added since the last call, so a store
-        can append each step as it completes; the messages of the last step are only in
-        the result.
+        `InvalidDeferredResults` before anything runs. A store passes its `persistence`
+        to be told, durably, before approved calls run and as each step completes.
         """
         chosen = infer_model(model) if model is not None else self.model
         if chosen is None:
             raise UserError("No model: pass one to Agent(...) or to run(model=...)")
         messages: list[ModelMessage] = list(message_history or [])
-        run_id = run_id or _first_run_id(messages) or uuid.uuid4().hex
-        limits = usage_limits or self.usage_limits
-        usage = _usage_of_run(messages, run_id)
-        ctx: RunContext[AgentDepsT] = RunContext(deps=deps, run_id=run_id, run_step=usage.requests)
-        manager: ToolManager[AgentDepsT] = ToolManager(
-            self.tools,
-            default_retries=self.retries,
-            default_timeout=self.tool_timeout,
-            prepare_tools=self.prepare_tools,
+        run_id = run_id or run_id_of(messages) or uuid.uuid4().hex
+        usage = usage_of_run(messages, run_id)
+        run: AgentRun[AgentDepsT, OutputT] = AgentRun(
+            ctx=RunContext(deps=deps, run_id=run_id, run_step=usage.requests),
+            model=chosen,
+            manager=ToolManager(
+                self.tools,
+                default_retries=self.retries,
+                default_timeout=self.tool_timeout,
+                prepare_tools=self.prepare_tools,
+            ),
+            messages=messages,
+            settings=merge_model_settings(self.model_settings, check_model_settings(model_settings)),
+            limits=usage_limits or self.usage_limits,
+            usage=usage,
+            output=self._output,
+            output_retries=self.output_retries,
+            reset_tool_choice=self.reset_tool_choice,
+            instructions=self.instructions,
+            agent_name=self.name,
+            persistence=persistence or NO_PERSISTENCE,
         )
-        new_index = len(messages)
-
-        parts: list[ModelRequestPart] = []
-        pending = pending_tool_calls(messages)
-        if pending:
-            if deferred_tool_results is None:
-                ids = ", ".join(pending)
-                raise UserError(f"The run is waiting for decisions on calls {ids}; pass deferred_tool_results")
-            parts = await self._apply_decisions(
-                ctx, manager, messages, pending, deferred_tool_results, limits, usage, before_approved_calls
-            )
-        elif deferred_tool_results is not None and deferred_tool_results.approvals:
-            ids = ", ".join(map(repr, deferred_tool_results.approvals))
-            raise InvalidDeferredResults(
-                [f"the run has no calls waiting for decisions, but decisions were given for {ids}"]
-            )
-        if prompt is not None:
-            if not messages and self.instructions:
-                parts.append(SystemPromptPart(content=self.instructions))
-            parts.append(UserPromptPart(content=prompt))
-        elif not messages:
-            raise UserError("A new run needs a prompt")
-        elif not parts and isinstance(messages[-1], ModelResponse):
-            raise UserError("The run has already ended; give a prompt to continue the conversation")
-        if parts:
-            messages.append(ModelRequest(parts=parts, run_id=run_id))
-
-        settings = merge_model_settings(self.model_settings, check_model_settings(model_settings))
-        output = await self._loop(ctx, chosen, manager, messages, settings, limits, usage, on_step, new_index)
+        output = await run.run(prompt, deferred_tool_results)
         return AgentRunResult(
-            output=output, run_id=run_id, usage=usage, _messages=messages, _new_message_index=new_index
+            output=output, run_id=run_id, usage=usage, _messages=messages, _new_message_index=run.new_index
         )
-
-    async def _loop(
-        self,
-        ctx: RunContext[AgentDepsT],
-        model: Model,
-        manager: ToolManager[AgentDepsT],
-        messages: list[ModelMessage],
-        settings: ModelSettings | None,
-        limits: UsageLimits,
-        usage: Usage,
-        on_step: Callable[[list[ModelMessage]], Awaitable[None]] | None,
-        delivered: int,
-    ) -> OutputT | DeferredToolRequests:
-        output_failures = 0
-        used_ids = tool_call_ids(messages)
-        while True:
-            if on_step is not None and len(messages) > delivered:
-                await on_step(messages[delivered:])
-                delivered = len(messages)
-            limits.check_before_request(usage)
-            ctx = replace(ctx, run_step=ctx.run_step + 1)
-            definitions = await manager.prepare(ctx)
-            params = ModelRequestParameters(
-                function_tools=definitions,
-                output_tools=[self._output.tool_def] if self._output else [],
-                allow_text_output=self._output is None,
-            )
-            response = await model.request(messages, self._step_settings(settings, messages), params)
-            response = storable_response(response, used_ids)
-            response.run_id = ctx.run_id
-            usage.incr(response.usage)
-            if not response.usage.requests:
-                usage.requests += 1
-            limits.check_tokens(usage)
-            messages.append(response)
-
-            calls = response.tool_calls
-            parts: list[ModelRequestPart] = []
-            if self._output is not None:
-                final_calls = [c for c in calls if c.tool_name == OUTPUT_TOOL_NAME]
-                calls = [c for c in calls if c.tool_name != OUTPUT_TOOL_NAME]
-                if final_calls or not calls:
-                    try:
-                        if not final_calls:
-                            raise ToolRetryError(OUTPUT_TOOL_NAME, f"Respond by calling the {OUTPUT_TOOL_NAME!r} tool.")
-                        result = self._output.validate(final_calls[0])
-                    except ToolRetryError as exc:
-                        output_failures += 1
-                        if output_failures > self.output_retries:
-                            raise ToolRetriesExceeded(OUTPUT_TOOL_NAME, self.output_retries, exc.message) from None
-                        call_id = final_calls[0].tool_call_id if final_calls else None
-                        parts.append(
-                            RetryPromptPart(content=exc.message, tool_name=OUTPUT_TOOL_NAME, tool_call_id=call_id)
-                        )
-                    else:
-                        messages.append(
-                            ModelRequest(parts=_ended_parts(response.tool_calls, final_calls[0]), run_id=ctx.run_id)
-                        )
-                        return result  # type: ignore[no-any-return]
-            elif not calls:
-                return response.text  # type: ignore[return-value]
-
-            outcomes = await manager.handle_calls(
-                ctx, calls, before_execute=lambda count: limits.check_before_tool_calls(usage, count)
-            )
-            parts.extend(_parts_for(outcomes, usage))
-            deferred = [o for o in outcomes if isinstance(o, CallDeferred)]
-            if parts:
-                messages.append(ModelRequest(parts=parts, run_id=ctx.run_id))
-            if deferred:
-                return DeferredToolRequests(approvals=[_deferred_call(manager, o) for o in deferred])
-
-    def _step_settings(self, settings: ModelSettings | None, messages: Sequence[ModelMessage]) -> ModelSettings | None:
-        """The run's settings, without a forcing `tool_choice` once a tool call has been accepted."""
-        if not (settings and self.reset_tool_choice and forced_tool_choice(settings.get("tool_choice"))):
-            return settings
-        if not _tool_call_accepted_since_prompt(messages):
-            return settings
-        unforced = dict(settings)
-        del unforced["tool_choice"]
-        return cast("ModelSettings", unforced)
-
-    async def _apply_decisions(
-        self,
-        ctx: RunContext[AgentDepsT],
-        manager: ToolManager[AgentDepsT],
-        messages: list[ModelMessage],
-        pending: dict[str, ToolCallPart],
-        results: DeferredToolResults,
-        limits: UsageLimits,
-        usage: Usage,
-        before_approved_calls: Callable[[list[str]], Awaitable[None]] | None,
-    ) -> list[ModelRequestPart]:
-        """Check every decision first, then run the approved calls; parts in the model's call order."""
-        decisions = results.decisions()
-        resolved = _resolved_ids(messages)
-        problems = [
-            f"no decision for call {call_id!r} ({call.tool_name})"
-            for call_id, call in pending.items()
-            if call_id not in decisions
-        ]
-        for call_id in decisions:
-            if call_id in resolved:
-                problems.append(f"call {call_id!r} was already decided or run; it cannot be decided again")
-            elif call_id not in pending:
-                problems.append(f"call {call_id!r} is not one of the calls waiting for a decision")
-
-        to_run: dict[str, ValidatedCall] = {}
-        for call_id, call in pending.items():
-            decision = decisions.get(call_id)
-            tool = self.tools.get(call.tool_name)
-            if tool is None:
-                problems.append(f"call {call_id!r}: tool {call.tool_name!r} no longer exists in agent {self.name!r}")
-                continue
-            if not isinstance(decision, ToolApproved):
-                continue
-            try:
-                original = tool.validate_args(call.args)
-            except ToolRetryError as exc:
-                problems.append(f"call {call_id!r}: its stored arguments no longer validate: {exc.message}")
-                continue
-            validated = manager.bind(call, tool, original)
-            if decision.args_digest is not None and decision.args_digest != validated.digest:
-                problems.append(f"call {call_id!r}: the approval was given for different arguments (digest mismatch)")
-            if decision.override_args is not None:
-                try:
-                    edited = tool.validate_args(decision.override_args)
-                except ToolRetryError as exc:
-                    problems.append(f"call {call_id!r}: the edited arguments are invalid:\n{exc.message}")
-                    continue
-                validated = manager.bind(call, tool, edited)
-            to_run[call_id] = validated
-        if problems:
-            raise InvalidDeferredResults(problems)
-
-        limits.check_before_tool_calls(usage, len(to_run))
-        if before_approved_calls is not None and to_run:
-            await before_approved_calls(list(to_run))
-        ran = dict(
-            zip(
-                to_run,
-                [o for _, o in await manager.execute_many(ctx, list(to_run.values()), approved=True)],
-                strict=True,
-            )
-        )
-        parts: list[ModelRequestPart] = []
-        for call_id, call in pending.items():
-            decision = decisions[call_id]
-            if isinstance(decision, ToolApproved):
-                override = to_run[call_id].dumped_args if decision.override_args is not None else None
-                parts.extend(_parts_for([ran[call_id]], usage, args_override=override))
-            elif isinstance(decision, ToolAnswered):
-                parts.append(
-                    ToolReturnPart(
-                        tool_name=call.tool_name,
-                        content=_jsonable(decision.content, call.tool_name),
-                        tool_call_id=call_id,
-                        source="reviewer",
-                    )
-                )
-            else:
-                parts.append(ToolDeniedPart(tool_name=call.tool_name, tool_call_id=call_id, reason=decision.message))
-        return parts
-
-
-def _parts_for(
-    outcomes: Sequence[CallOutcome], usage: Usage, *, args_override: dict[str, Any] | None = None
-) -> list[ModelRequestPart]:
-    """Request parts for executed and retried calls; deferred calls get none until decided."""
-    parts: list[ModelRequestPart] = []
-    extra: list[ModelRequestPart] = []
-    for outcome in outcomes:
-        if isinstance(outcome, CallSucceeded):
-            usage.tool_calls += 1
-            call, result = outcome.validated.call, outcome.result
-            parts.append(
-                ToolReturnPart(
-                    tool_name=call.tool_name,
-                    content=_jsonable(result.return_value, call.tool_name),
-                    tool_call_id=call.tool_call_id,
-                    metadata=_jsonable(result.metadata, call.tool_name),
-                    args_override=args_override,
-                )
-            )
-            if result.content is not None:
-                items = [result.content] if isinstance(result.content, str) else list(result.content)
-                extra.extend(
-                    UserPromptPart(content=i if isinstance(i, str) else pydantic_core.to_json(i).decode())
-                    for i in items
-                )
-        elif isinstance(outcome, CallRetry):
-            call = outcome.call
-            parts.append(
-                RetryPromptPart(content=outcome.message, tool_name=call.tool_name, tool_call_id=call.tool_call_id)
-            )
-    return parts + extra
-
-
-def _ended_parts(calls: Sequence[ToolCallPart], final: ToolCallPart) -> list[ModelRequestPart]:
-    """Results for every call of the step that ended the run; other calls were not run."""
-    return [
-        ToolReturnPart(
-            tool_name=call.tool_name,
-            content="Final result processed."
-            if call is final
-            else "Not executed: the run ended with its final result.",
-            tool_call_id=call.tool_call_id,
-            source="not-run",
-        )
-        for call in calls
-    ]
-
-
-def _deferred_call(manager: ToolManager[Any], outcome: CallDeferred) -> DeferredToolCall:
-    validated = outcome.validated
-    definition = manager.definitions.get(validated.tool.name, validated.tool.tool_def)
-    return DeferredToolCall(
-        tool_name=validated.tool.name,
-        tool_call_id=validated.call.tool_call_id,
-        args=validated.dumped_args,
-        args_digest=validated.digest,
-        tool_def=definition,
-        reason=outcome.reason,
-        approvals_required=validated.tool.approvals_required,
-        approval_ttl=validated.tool.approval_ttl,
-        idempotent=validated.tool.idempotent,
-    )
-
-
-def _jsonable(value: Any, tool_name: str) -> Any:
-    try:
-        return pydantic_core.to_jsonable_python(value)
-    except pydantic_core.PydanticSerializationError as exc:
-        raise UserError(f"Tool {tool_name!r} returned a value that cannot be turned into JSON: {exc}") from exc
-
-
-def _first_run_id(messages: Sequence[ModelMessage]) -> str | None:
-    return next((m.run_id for m in reversed(messages) if m.run_id), None)
-
-
-def _usage_of_run(messages: Sequence[ModelMessage], run_id: str) -> Usage:
-    """Usage so far of this run, read from its history, so a resumed run keeps counting toward its limits."""
-    usage = Usage()
-    for message in messages:
-        if message.run_id != run_id:
-            continue
-        if isinstance(message, ModelResponse):
-            usage.incr(message.usage)
-        else:
-            usage.tool_calls += sum(1 for p in message.parts if isinstance(p, ToolReturnPart) and p.source == "tool")
-    return usage
-
-
-def _tool_call_accepted_since_prompt(messages: Sequence[ModelMessage]) -> bool:
-    """Whether a tool call got a result or a denial after the latest user prompt (retry prompts do not count)."""
-    for message in reversed(messages):
-        if isinstance(message, ModelResponse):
-            continue
-        for part in message.parts:
-            if isinstance(part, ToolReturnPart | ToolDeniedPart):
-                return True
-        if any(isinstance(part, UserPromptPart) for part in message.parts):
-            return False
-    return False
-
-
-def _last_response_index(messages: Sequence[ModelMessage]) -> int | None:
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], ModelResponse):
-            return index
-    return None
-
-
-def _resolved_ids(messages: Sequence[ModelMessage]) -> set[str]:
-    """Ids of the last response's calls that already have a result, retry prompt or denial."""
-    index = _last_response_index(messages)
-    if index is None:
-        return set()
-    return {
-        part.tool_call_id
-        for message in messages[index + 1 :]
-        for part in message.parts
-        if isinstance(part, ToolReturnPart | ToolDeniedPart | RetryPromptPart) and part.tool_call_id
-    }
-
-
-def pending_tool_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
-    """The last response's tool calls that have no result yet: the calls a paused run waits on."""
-    index = _last_response_index(messages)
-    if index is None:
-        return {}
-    response = messages[index]
-    assert isinstance(response, ModelResponse)
-    resolved = _resolved_ids(messages)
-    return {c.tool_call_id: c for c in response.tool_calls if c.tool_call_id not in resolved}

@@ -30,8 +30,9 @@ from typing import Any
 import anyio
 import pydantic_core
 
+from ._history import pending_tool_calls
 from ._outage import Outage
-from .agent import Agent, pending_tool_calls
+from .agent import Agent
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .messages import ModelRequest, ModelResponse
@@ -299,66 +300,8 @@ class Resumer:
             attempt = True
 
     async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:
-        run_id, worker = claimed.run_id, self.worker_id
-        history = claimed.history
-        stored = len(history)
-        executing: set[str] = set()  # marked executing, results not yet stored
-        started: set[str] = set()  # handed to their tools
-
-        def grown_by(count: int, *statuses: str) -> _Landed:
-            expected = stored + count
-
-            async def landed(run: RunRow) -> bool:
-                return run.message_count == expected and (not statuses or run.status in statuses)
-
-            return landed
-
-        async def append(step: list[ModelRequest | ModelResponse]) -> None:
-            nonlocal stored
-            await self._write(
-                "storing a step",
-                run_id,
-                lease,
-                lambda: self.store.append_step(
-                    run_id, worker, step, lease_seconds=self.lease_seconds, executing=frozenset(executing)
-                ),
-                grown_by(len(step), "resuming"),
-            )
-            stored += len(step)
-            executing.clear()  # approved calls run before the step that follows them is stored
-
-        async def mark_executing(tool_call_ids: list[str]) -> None:
-            fresh = [call_id for call_id in tool_call_ids if call_id not in claimed.executing]
-            if fresh:  # the claim already committed the approved calls it found as executing
-
-                async def landed(run: RunRow) -> bool:
-                    calls = {c.tool_call_id: c.status for c in await self.store.run_calls(run_id)}
-                    return all(calls.get(call_id) == "executing" for call_id in fresh)
-
-                await self._write(
-                    "marking calls executing",
-                    run_id,
-                    lease,
-                    lambda: self.store.mark_executing(run_id, worker, fresh),
-                    landed,
-                )
-            started.update(tool_call_ids)
-            executing.update(tool_call_ids)
-
-        async def fail(error: str, failed_tool_call_id: str | None = None) -> None:
-            # calls the claim marked executing that never ran go back to approved: a retry runs them
-            unstarted = claimed.executing - started
-            await self._write(
-                "recording that it failed",
-                run_id,
-                lease,
-                lambda: self.store.finish(
-                    run_id, worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
-                ),
-                grown_by(0, "failed"),
-            )
-            logger.info("run %s (%s) failed: %s", run_id, claimed.agent_name, error)
-
+        run_id, history = claimed.run_id, claimed.history
+        stored = _StoredRun(self, claimed, lease)
         try:
             entry = self.registry.get(claimed.agent_name)
             deps = await entry.make_deps(claimed.deps)
@@ -369,49 +312,35 @@ class Resumer:
                 message_history=history,
                 deferred_tool_results=results,
                 run_id=run_id,
-                before_approved_calls=mark_executing,
-                on_step=append,
+                persistence=stored,
             )
         except LeaseLost:
             raise
         except ApprovalsError as exc:
-            await fail(str(exc), exc.tool_call_id if isinstance(exc, ToolExecutionError) else None)
+            await stored.fail(str(exc), exc.tool_call_id if isinstance(exc, ToolExecutionError) else None)
             return
         except Exception as exc:  # a bug in user code outside tools, or a step the database refuses
             if is_transient(exc):
                 raise  # the lease ran out during an outage is LeaseLost; anything else: let the run go
             logger.exception("run %s failed", run_id)
-            await fail(_failure_text(exc))
+            await stored.fail(_failure_text(exc))
             return
-        remaining = result.all_messages()[stored:]
+        remaining = result.all_messages()[stored.count :]
         try:
             if isinstance(result.output, DeferredToolRequests):
                 requests = result.output
-                await self._write(
-                    "pausing it",
-                    run_id,
-                    lease,
-                    lambda: self.store.pause(run_id, worker, remaining, requests, executing=frozenset(executing)),
-                    grown_by(len(remaining), "awaiting_approval", "ready"),
-                )
+                await stored.pause(remaining, requests)
                 names = ", ".join(call.tool_name for call in requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return
-            output = pydantic_core.to_jsonable_python(result.output)
-            await self._write(
-                "recording that it completed",
-                run_id,
-                lease,
-                lambda: self.store.finish(run_id, worker, remaining, output=output, executing=frozenset(executing)),
-                grown_by(len(remaining), "completed"),
-            )
+            await stored.complete(remaining, pydantic_core.to_jsonable_python(result.output))
         except LeaseLost:
             raise
         except Exception as exc:  # the database refuses what the model said: fail the run, never retry it forever
             if is_transient(exc):
                 raise
             logger.exception("run %s: its last step cannot be stored", run_id)
-            await fail(_failure_text(exc))
+            await stored.fail(_failure_text(exc))
             return
         if history:
             logger.info("run %s (%s) completed", run_id, claimed.agent_name)
@@ -433,6 +362,100 @@ class Resumer:
         if missing:
             raise UserError(f"Run {run_id!r} has calls without stored decisions: {', '.join(missing)}")
         return DeferredToolResults(approvals={call_id: decision_from_row(decided[call_id]) for call_id in pending})
+
+
+class _StoredRun:
+    """The store's side of a run this worker continues: the run's `RunPersistence`, and how it ends.
+
+    It keeps count of what is stored and which approved calls have started, so each write
+    says exactly what is new (messages, and the executing calls whose results come with
+    them), and a failed run hands back the approved calls it never started.
+    """
+
+    def __init__(self, resumer: Resumer, claimed: ClaimedRun, lease: _Lease) -> None:
+        self._resumer = resumer
+        self._store = resumer.store
+        self._claimed = claimed
+        self._lease = lease
+        self._run_id = claimed.run_id
+        self._worker = resumer.worker_id
+        self.count = len(claimed.history)
+        """Messages of the run stored so far."""
+        self._executing: set[str] = set()  # marked executing, results not yet stored
+        self._started: set[str] = set()  # handed to their tools
+
+    async def before_approved_calls(self, tool_call_ids: list[str]) -> None:
+        """Commit the approved calls as executing before any runs (those the claim found already are)."""
+        fresh = [call_id for call_id in tool_call_ids if call_id not in self._claimed.executing]
+        if fresh:
+
+            async def landed(run: RunRow) -> bool:
+                calls = {c.tool_call_id: c.status for c in await self._store.run_calls(self._run_id)}
+                return all(calls.get(call_id) == "executing" for call_id in fresh)
+
+            await self._write(
+                "marking calls executing", lambda: self._store.mark_executing(self._run_id, self._worker, fresh), landed
+            )
+        self._started.update(tool_call_ids)
+        self._executing.update(tool_call_ids)
+
+    async def on_step(self, messages: list[ModelRequest | ModelResponse]) -> None:
+        """Append a completed step, with the results of the calls marked executing before it."""
+        await self._write(
+            "storing a step",
+            lambda: self._store.append_step(
+                self._run_id,
+                self._worker,
+                messages,
+                lease_seconds=self._resumer.lease_seconds,
+                executing=frozenset(self._executing),
+            ),
+            self._grown_by(len(messages), "resuming"),
+        )
+        self.count += len(messages)
+        self._executing.clear()  # approved calls run before the step that follows them is stored
+
+    async def pause(self, remaining: list[ModelRequest | ModelResponse], requests: DeferredToolRequests) -> None:
+        await self._write(
+            "pausing it",
+            lambda: self._store.pause(
+                self._run_id, self._worker, remaining, requests, executing=frozenset(self._executing)
+            ),
+            self._grown_by(len(remaining), "awaiting_approval", "ready"),
+        )
+
+    async def complete(self, remaining: list[ModelRequest | ModelResponse], output: Any) -> None:
+        await self._write(
+            "recording that it completed",
+            lambda: self._store.finish(
+                self._run_id, self._worker, remaining, output=output, executing=frozenset(self._executing)
+            ),
+            self._grown_by(len(remaining), "completed"),
+        )
+
+    async def fail(self, error: str, failed_tool_call_id: str | None = None) -> None:
+        # calls the claim marked executing that never ran go back to approved: a retry runs them
+        unstarted = self._claimed.executing - self._started
+        await self._write(
+            "recording that it failed",
+            lambda: self._store.finish(
+                self._run_id, self._worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
+            ),
+            self._grown_by(0, "failed"),
+        )
+        logger.info("run %s (%s) failed: %s", self._run_id, self._claimed.agent_name, error)
+
+    def _grown_by(self, count: int, *statuses: str) -> _Landed:
+        """Whether the stored run has exactly `count` more messages (and one of `statuses`)."""
+        expected = self.count + count
+
+        async def landed(run: RunRow) -> bool:
+            return run.message_count == expected and (not statuses or run.status in statuses)
+
+        return landed
+
+    async def _write(self, what: str, write: Callable[[], Awaitable[None]], landed: _Landed) -> None:
+        await self._resumer._write(what, self._run_id, self._lease, write, landed)
 
 
 async def run_worker(

@@ -48,7 +48,9 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Names every major provider accepts."""
 MAX_DESCRIPTION_LENGTH = 1024
 """OpenAI's limit on a function description."""
-RESERVED_TOOL_NAMES = frozenset({"final_result"})
+OUTPUT_TOOL_NAME = "final_result"
+"""The tool through which the model gives a structured output; it ends the run."""
+RESERVED_TOOL_NAMES = frozenset({OUTPUT_TOOL_NAME})
 """Names the run loop keeps for itself (structured output)."""
 
 

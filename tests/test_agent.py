@@ -24,6 +24,7 @@ from approvals import (
     UsageLimits,
     UserError,
 )
+from approvals._persistence import NoPersistence
 from approvals.messages import (
     ModelRequest,
     ModelResponse,
@@ -440,28 +441,54 @@ async def test_before_approved_calls_runs_first_and_can_stop_execution() -> None
     decisions = DeferredToolResults(approvals={"call_0_2": True, "call_0_3": False})
     seen: list[list[str]] = []
 
-    async def refuse(ids: list[str]) -> None:
-        seen.append(ids)
-        raise RuntimeError("store unavailable")
+    class Refuse(NoPersistence):
+        async def before_approved_calls(self, tool_call_ids: list[str]) -> None:
+            seen.append(tool_call_ids)
+            raise RuntimeError("store unavailable")
 
     with pytest.raises(RuntimeError, match="store unavailable"):
         await agent.run(
             deps=shop,
             message_history=paused.all_messages(),
             deferred_tool_results=decisions,
-            before_approved_calls=refuse,
+            persistence=Refuse(),
         )
     assert seen == [["call_0_2"]]  # only the approved call, denied ones never run
     assert len(shop.refunds) == 1  # nothing ran because the hook failed
 
-    async def record(ids: list[str]) -> None:
-        seen.append([*ids, f"refunds={len(shop.refunds)}"])
+    class Record(NoPersistence):
+        async def before_approved_calls(self, tool_call_ids: list[str]) -> None:
+            seen.append([*tool_call_ids, f"refunds={len(shop.refunds)}"])
 
     await agent.run(
-        deps=shop, message_history=paused.all_messages(), deferred_tool_results=decisions, before_approved_calls=record
+        deps=shop, message_history=paused.all_messages(), deferred_tool_results=decisions, persistence=Record()
     )
     assert seen[-1] == ["call_0_2", "refunds=1"]
     assert len(shop.refunds) == 2
+
+
+async def test_on_step_gets_each_step_before_the_next_request_and_the_last_step_stays_in_the_result() -> None:
+    requests = 0
+    steps: list[tuple[int, list[ModelRequest | ModelResponse]]] = []
+
+    def model(messages: Sequence[ModelRequest | ModelResponse], info: AgentInfo) -> ModelResponse:
+        nonlocal requests
+        requests += 1
+        if requests == 1:
+            return ModelResponse(
+                parts=[ToolCallPart(tool_name="lookup_order", args={"order_id": "A-1"}, tool_call_id="c1")]
+            )
+        return ModelResponse(parts=[TextPart(content="It costs 450.")])
+
+    class Steps(NoPersistence):
+        async def on_step(self, messages: list[ModelRequest | ModelResponse]) -> None:
+            steps.append((requests, list(messages)))
+
+    shop = Shop()
+    result = await make_agent(FunctionModel(model), shop).run("Look up A-1", deps=shop, persistence=Steps())
+    prompt, response, results, answer = result.new_messages()
+    assert steps == [(0, [prompt]), (1, [response, results])]  # each step before the next request
+    assert isinstance(answer, ModelResponse) and answer.text == "It costs 450."  # the last step is only in the result
 
 
 # --- model settings -------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""What a run's history says about where it stands: which calls wait, which are settled, whose run it is.
+
+A paused run keeps no state outside its messages, so whoever continues it (the agent, or a
+worker deciding what to hand it) reads these answers from the stored history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolDeniedPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+__all__ = ("pending_tool_calls", "resolved_ids", "run_id_of", "tool_call_accepted_since_prompt")
+
+ModelMessage = ModelRequest | ModelResponse
+
+
+def run_id_of(messages: Sequence[ModelMessage]) -> str | None:
+    """The run the latest messages belong to, if any carries one."""
+    return next((m.run_id for m in reversed(messages) if m.run_id), None)
+
+
+def tool_call_accepted_since_prompt(messages: Sequence[ModelMessage]) -> bool:
+    """Whether a tool call got a result or a denial after the latest user prompt (retry prompts do not count)."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart | ToolDeniedPart):
+                return True
+        if any(isinstance(part, UserPromptPart) for part in message.parts):
+            return False
+    return False
+
+
+def _last_response_index(messages: Sequence[ModelMessage]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], ModelResponse):
+            return index
+    return None
+
+
+def resolved_ids(messages: Sequence[ModelMessage]) -> set[str]:
+    """Ids of the last response's calls that already have a result, retry prompt or denial."""
+    index = _last_response_index(messages)
+    if index is None:
+        return set()
+    return {
+        part.tool_call_id
+        for message in messages[index + 1 :]
+        for part in message.parts
+        if isinstance(part, ToolReturnPart | ToolDeniedPart | RetryPromptPart) and part.tool_call_id
+    }
+
+
+def pending_tool_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
+    """The last response's tool calls that have no result yet: the calls a paused run waits on."""
+    index = _last_response_index(messages)
+    if index is None:
+        return {}
+    response = messages[index]
+    assert isinstance(response, ModelResponse)
+    resolved = resolved_ids(messages)
+    return {c.tool_call_id: c for c in response.tool_calls if c.tool_call_id not in resolved}

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..messages import ModelRequest, ModelResponse
     from .db import Database
 
-__all__ = ("ClaimedRow", "StaleLease", "pg_claim", "pg_run_write")
+__all__ = ("ClaimedRow", "StaleLease", "pg_claim", "pg_run_write", "pooled_connection")
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -82,7 +82,7 @@ _NOT_APPROVED = "AP002"
 
 
 @asynccontextmanager
-async def _autocommit(db: Database) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+async def pooled_connection(db: Database) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """A pooled connection in autocommit mode: each statement (a function call) is its own transaction.
 
     Errors our functions raise on purpose (SQLSTATE class AP) come out as they are; other
@@ -129,7 +129,7 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
     """
     document = jsonb(_run_write_document(write, stored_tool_versions))
     try:
-        async with _autocommit(db) as connection:
+        async with pooled_connection(db) as connection:
             await connection.execute(_RUN_WRITE, (document,))
     except psycopg.Error as exc:
         if exc.sqlstate == _LEASE_LOST:
@@ -223,7 +223,7 @@ async def pg_claim(
     }
     if agent_names is not None:
         document["agents"] = list(agent_names)
-    async with _autocommit(db) as connection:
+    async with pooled_connection(db) as connection:
         cursor = await connection.execute(_CLAIM, (jsonb(document),))
         row = await cursor.fetchone()
     if row is None:

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._canonical import canonical_json, legacy_canonical_json
-from .models import AuditEventRow
+from .models import AuditEventRow, ToolCallRow
 
 __all__ = (
     "GENESIS_HASH",
@@ -26,8 +26,11 @@ __all__ = (
     "AuditVerification",
     "append_event",
     "append_events",
+    "call_event",
+    "run_event",
     "event_content",
     "event_hash",
+    "server_event",
     "verify_audit_chain",
 )
 
@@ -73,6 +76,45 @@ class AuditEvent:
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
+def call_event(
+    actor: str, action: str, call: ToolCallRow, details: dict[str, Any] | None = None, *, at: dt.datetime | None = None
+) -> AuditEvent:
+    """An event about a call: its run, agent and tool come from the row, so no event names them wrong."""
+    return AuditEvent(
+        actor,
+        action,
+        "call",
+        call.id,
+        run_id=call.run_id,
+        agent_name=call.agent_name,
+        tool_name=call.tool_name,
+        details=details,
+        at=at or dt.datetime.now(dt.UTC),
+    )
+
+
+def run_event(
+    actor: str,
+    action: str,
+    run_id: str,
+    agent_name: str,
+    details: dict[str, Any] | None = None,
+    *,
+    at: dt.datetime | None = None,
+) -> AuditEvent:
+    """An event about a run, naming its agent."""
+    return AuditEvent(
+        actor,
+        action,
+        "run",
+        run_id,
+        run_id=run_id,
+        agent_name=agent_name,
+        details=details,
+        at=at or dt.datetime.now(dt.UTC),
+    )
+
+
 def event_fields(event: AuditEventRow | AuditEvent) -> dict[str, Any]:
     """The event's columns but its id and hashes, all of them, so a batch of events is one INSERT."""
     return {
@@ -86,6 +128,24 @@ def event_fields(event: AuditEventRow | AuditEvent) -> dict[str, Any]:
         "tool_name": event.tool_name,
         "details": event.details,
     }
+
+
+def server_event(event: AuditEvent) -> tuple[Any, ...]:
+    """`event` as the PostgreSQL hot path's `approvals_audit_append` takes it, after the head it extends.
+
+    The server hashes `details_text`, the canonical JSON made here, so both paths hash the
+    same bytes (JSONB would store the details normalized, `event_content` covers that).
+    """
+    document = {
+        "action": event.action,
+        "subject_type": event.subject_type,
+        "subject_id": event.subject_id,
+        "tool_name": event.tool_name,
+        "details": event.details,
+        "details_text": None if event.details is None else canonical_json(event.details),
+    }
+    at = event.at.astimezone(dt.UTC)
+    return at, at.isoformat(), event.actor, event.run_id, event.agent_name, document
 
 
 async def lock_audit_chain(session: AsyncSession) -> None:

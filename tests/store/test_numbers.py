@@ -26,7 +26,7 @@ from approvals.service import ApprovalService
 from approvals.store import Actor, Approve, Database, EditAndApprove, Store
 from approvals.store.audit import GENESIS_HASH, event_content
 from approvals.store.db import json_text, normalize_url
-from approvals.store.migrate import upgrade
+from approvals.store.migrate import downgrade, upgrade
 from approvals.store.models import AuditEventRow, JsonValue
 
 from .conftest import BACKENDS, execute
@@ -115,11 +115,12 @@ async def test_the_upgrade_brings_waiting_calls_digests_to_the_new_form(tmp_path
     """A call paused by the previous release keeps its old digest until migration 0009 recomputes it."""
     for backend in BACKENDS:
         with empty_database(backend, tmp_path) as url:
-            upgrade(url, "0008")
+            upgrade(url)
             database = Database(url)
             store = Store(database)
             try:
                 run_id, call = await paused_call(store)
+                downgrade(url, "0008")  # as the previous release left it, with its digest
                 old = hashlib.sha256(legacy_canonical_json(MODEL_ARGS).encode()).hexdigest()  # what 0008's code stored
                 await execute(store, "UPDATE tool_calls SET args_digest = :old WHERE id = :id", old=old, id=call.id)
                 await execute(

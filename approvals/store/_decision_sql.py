@@ -1,0 +1,175 @@
+"""The statements of a decision, built once from the tables: both databases run these same expressions.
+
+SQLite runs them through SQLAlchemy. PostgreSQL sends them compiled for psycopg in a
+pipeline, two round trips a decision (`_pg_decisions`); the audit appends and wake-ups
+that SQLAlchemy's transaction makes on SQLite are there one statement (`audit_and_wake`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from typing import Any, cast
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import JSON, Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, Executable
+
+from .audit import server_event
+from .db import json_text
+from .hot_path_sql import function_name
+from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime
+from .states import CallStatus, RunStatus
+from .verdicts import CallFacts, DecisionPlan
+
+CALLS = cast(Table, ToolCallRow.__table__)
+RUNS = cast(Table, RunRow.__table__)
+DECISIONS = cast(Table, DecisionRow.__table__)
+_OTHER = aliased(ToolCallRow, name="other_call")
+
+
+def _param(name: str, type_: Any = None) -> Any:
+    """A named parameter every execution supplies (no value here, so it compiles without one)."""
+    return bindparam(name, None, type_=type_)
+
+
+LOCK_RUN = (
+    select(RunRow.started_by, RunRow.status)
+    .where(RunRow.id == select(CALLS.c.run_id).where(CALLS.c.id == _param("call_id")).scalar_subquery())
+    .with_for_update()
+)
+"""The call's run, locked first: every writer of a run's calls holds its run, so they take turns."""
+LOCK_CALL = (
+    select(
+        CALLS,
+        select(_OTHER.id)
+        .where(_OTHER.run_id == CALLS.c.run_id, _OTHER.id != CALLS.c.id, _OTHER.is_open)
+        .exists()
+        .label("others_open"),
+    )
+    .where(CALLS.c.id == _param("call_id"))
+    .with_for_update(of=CALLS)
+)
+"""The call, locked, and whether another call of its run waits for a person."""
+STANDING_APPROVERS = select(DecisionRow.actor, DecisionRow.args_digest).where(
+    DecisionRow.call_id == _param("call_id"), STANDING
+)
+READY_RUN = (
+    update(RUNS)
+    .where(RUNS.c.id == _param("run_id"), RUNS.c.status == RunStatus.AWAITING_APPROVAL)
+    .values(status=RunStatus.READY, updated_at=_param("now", UTCDateTime))
+)
+
+
+@cache
+def insert_decision(columns: tuple[str, ...]) -> Executable:
+    return insert(DECISIONS).values({column: _param(column) for column in columns})
+
+
+@cache
+def update_call(columns: tuple[str, ...]) -> Executable:
+    return update(CALLS).where(CALLS.c.id == _param("target_id")).values({c: _param(c) for c in columns})
+
+
+@cache
+def audit_and_wake(events: int, wake_ups: int) -> Executable:
+    """PostgreSQL: append `events` to the audit chain in the server (hot path SQL) and send the wake-ups."""
+    head: Any = getattr(func, function_name("audit_head"))()
+    for i in range(events):
+        head = getattr(func, function_name("audit_append"))(
+            head,
+            _param(f"e{i}_at", UTCDateTime),
+            _param(f"e{i}_at_text"),
+            _param(f"e{i}_actor"),
+            _param(f"e{i}_run_id"),
+            _param(f"e{i}_agent_name"),
+            _param(f"e{i}_event", JSONB),
+        )
+    notify = [func.pg_notify(_param(f"w{i}_channel"), _param(f"w{i}_payload")) for i in range(wake_ups)]
+    return select(head, *notify)
+
+
+@dataclass(frozen=True)
+class PsycopgStatement:
+    """A statement compiled once for psycopg, and the values it binds by itself."""
+
+    sql: str
+    defaults: Mapping[str, Any]
+    json_params: frozenset[str]
+
+    def params(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Parameters as psycopg takes them: JSON wrapped as JSONB, statuses as their text."""
+        merged = {**self.defaults, **values}
+        return {
+            name: Jsonb(value, dumps=json_text)
+            if name in self.json_params
+            else (value.value if isinstance(value, StrEnum) else value)
+            for name, value in merged.items()
+        }
+
+
+_PSYCOPG = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # SQLAlchemy's dialects are not annotated
+
+
+@cache
+def for_psycopg(statement: Executable) -> PsycopgStatement:
+    """`statement` as psycopg runs it; cached, as the statements are."""
+    compiled = cast(
+        SQLCompiler,
+        cast(ClauseElement, statement).compile(dialect=_PSYCOPG, compile_kwargs={"render_postcompile": True}),
+    )
+    json_params = frozenset(name for name, bind in compiled.binds.items() if isinstance(bind.type, JSON | JSONB))
+    return PsycopgStatement(str(compiled), dict(compiled.params), json_params)
+
+
+def call_facts(run: Mapping[Any, Any], call: Mapping[Any, Any], standing: Iterable[tuple[str, str]]) -> CallFacts:
+    """`CallFacts` from the rows `LOCK_RUN`, `LOCK_CALL` and `STANDING_APPROVERS` read."""
+    fields = dict(call)
+    others_open = bool(fields.pop("others_open"))
+    fields["status"] = CallStatus(fields["status"])
+    approvers: dict[str, set[str]] = {}
+    for actor, approved in standing:
+        approvers.setdefault(approved, set()).add(actor)
+    return CallFacts(
+        call=ToolCallRow(**fields),
+        started_by=run["started_by"],
+        run_status=RunStatus(run["status"]),
+        others_open=others_open,
+        standing={approved: frozenset(actors) for approved, actors in approvers.items()},
+    )
+
+
+def plan_statements(call: ToolCallRow, plan: DecisionPlan) -> list[tuple[Executable, dict[str, Any]]]:
+    """The writes of a plan, with their parameters: the same on both databases (the audit chain apart)."""
+    writes: list[tuple[Executable, dict[str, Any]]] = [
+        (insert_decision(tuple(plan.decision)), plan.decision),
+        (update_call(tuple(plan.call_changes)), {**plan.call_changes, "target_id": call.id}),
+    ]
+    if plan.run_ready:
+        writes.append((READY_RUN, {"run_id": call.run_id, "now": plan.decision["created_at"]}))
+    return writes
+
+
+def audit_and_wake_params(plan: DecisionPlan) -> tuple[Executable, dict[str, Any]]:
+    """PostgreSQL: the statement that appends the plan's events in the server and sends its wake-ups."""
+    wake_ups = list(dict.fromkeys(plan.announcements))
+    params: dict[str, Any] = {}
+    for i, event in enumerate(plan.events):
+        at, at_text, actor, run_id, agent_name, document = server_event(event)
+        params |= {
+            f"e{i}_at": at,
+            f"e{i}_at_text": at_text,
+            f"e{i}_actor": actor,
+            f"e{i}_run_id": run_id,
+            f"e{i}_agent_name": agent_name,
+            f"e{i}_event": document,
+        }
+    for i, (channel, payload) in enumerate(wake_ups):
+        params |= {f"w{i}_channel": channel, f"w{i}_payload": payload}
+    return audit_and_wake(len(plan.events), len(wake_ups)), params

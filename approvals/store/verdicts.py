@@ -1,0 +1,188 @@
+"""The rules of a reviewer's verdict, the one copy: what it may do to a call, and what it writes.
+
+`plan_decision` reads `CallFacts` (the call and its run, locked) and returns a
+`DecisionPlan` (the rows to write, the audit events, the wake-ups) or refuses with a
+reason. It touches no database: `decisions` carries a plan out on SQLite and PostgreSQL
+with the same statements (`_decision_sql`).
+
+Approvals are bound to the digest of the arguments they approved; with a quorum, only
+approvals of the current arguments count, and an edit starts the count again for the
+edited arguments. A reviewer holds at most one standing approval of the same arguments,
+so a quorum takes different people. Nothing else limits a reviewer: they may deny or
+answer a call they approved, and settle a call whose outcome became unknown after their
+approval was used up by running it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from .._canonical import digest
+from ..exceptions import Conflict, Forbidden, UserError
+from ._base import SYSTEM, Actor
+from .audit import AuditEvent, call_event
+from .models import ToolCallRow
+from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .states import OPEN_CALL_STATUSES, CallStatus, RunStatus
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the call as it stands."""
+
+    args_digest: str | None = None
+    """Digest of the arguments the reviewer saw; the approval is refused if they changed since."""
+
+
+@dataclass(frozen=True)
+class EditAndApprove:
+    """Run the call with these arguments instead; they must already be validated by the tool's validator."""
+
+    args: dict[str, Any]
+    args_digest: str | None = None
+    """Digest of the arguments the reviewer started editing from."""
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Do not run the call; the reason goes to the model."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Do not run the call; `content` is the result the model receives."""
+
+    content: Any
+
+
+Verdict: TypeAlias = Approve | EditAndApprove | Deny | Answer
+
+
+@dataclass(frozen=True)
+class _Final:
+    status: CallStatus
+    verdict: str
+
+
+_FINAL_VERDICTS: dict[type, _Final] = {
+    Deny: _Final(CallStatus.DENIED, "deny"),
+    Answer: _Final(CallStatus.ANSWERED, "answer"),
+}
+"""Verdicts that settle a call at once, whatever the quorum."""
+
+
+def settled(status: CallStatus, verdict: str, actor_id: str, now: dt.datetime) -> dict[str, Any]:
+    """The columns of a call that a verdict settles."""
+    return {"status": status, "verdict": verdict, "decided_by": actor_id, "decided_at": now, "updated_at": now}
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the rules of a verdict read, with the call's run and the call locked so none of it can change."""
+
+    call: ToolCallRow
+    started_by: str | None
+    run_status: RunStatus
+    others_open: bool
+    """Whether another call of the run still waits for a person."""
+    standing: dict[str, frozenset[str]]
+    """Who holds a standing approval, by the digest they approved (read for quorum calls only)."""
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    """Everything one verdict changes, decided in Python before anything is written."""
+
+    decision: dict[str, Any]
+    """The `decisions` row."""
+    call_changes: dict[str, Any]
+    """The call's columns to set."""
+    run_ready: bool
+    """The run was waiting for this call alone: it becomes ready."""
+    events: list[AuditEvent]
+    announcements: list[tuple[str, str]]
+
+
+def check_verdict(verdict: Verdict, actor: Actor) -> None:
+    """What can be refused before reading anything: the actor's right to decide, and a denial's reason."""
+    if not actor.can("reviewer"):
+        raise Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
+    if isinstance(verdict, Approve | EditAndApprove) and not actor.person:
+        raise Forbidden(
+            f"{actor.id!r} is a service token: approvals come from people "
+            "(create the token for a user: approvals tokens create NAME --user USERNAME)"
+        )
+    if isinstance(verdict, Deny) and not verdict.reason.strip():
+        raise UserError("A denial needs a reason: the model reads it")
+
+
+def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict, actor: Actor) -> None:
+    """Refuse a verdict on a call that is no longer open, changed since it was seen, or on one's own run."""
+    if not call.is_open:
+        who = f" by {call.decided_by}" if call.decided_by else ""
+        raise Conflict(
+            f"Call {call.id!r} is no longer waiting for a decision: it was {call.status}{who}",
+            status=call.status,
+            decided_by=call.decided_by,
+        )
+    current = call.current_digest
+    seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
+    if seen is not None and seen != current:
+        raise Conflict(
+            f"The arguments of call {call.id!r} changed since you loaded them; review them again", status=call.status
+        )
+    if isinstance(verdict, Approve | EditAndApprove) and started_by == actor.id:
+        raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+
+
+def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.datetime) -> DecisionPlan:
+    """The rules of a verdict, the one copy: what it writes, or why it is refused."""
+    call = facts.call
+    _check_decidable(call, facts.started_by, verdict, actor)
+    decision: dict[str, Any] = {"call_id": call.id, "actor": actor.id, "created_at": now}
+    if isinstance(verdict, Deny | Answer):
+        final = _FINAL_VERDICTS[type(verdict)]
+        fields = {"reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
+        decision |= {"verdict": final.verdict, "args_digest": call.current_digest, **fields}
+        outcome = {"denial_reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
+        changes = {**settled(final.status, final.verdict, actor.id, now), **outcome}
+        action, details = f"call.{final.status}", fields
+    else:
+        kind = "edit" if isinstance(verdict, EditAndApprove) else "approve"
+        edit: dict[str, Any] = {}
+        if isinstance(verdict, EditAndApprove):
+            edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
+        approved_digest = edit.get("override_digest") or call.current_digest
+        standing = facts.standing.get(approved_digest, frozenset())
+        if actor.id in standing:
+            raise Conflict(
+                f"{actor.id!r} already approved call {call.id!r} with these arguments; "
+                "a quorum needs approvals from different people"
+            )
+        edited_args = verdict.args if isinstance(verdict, EditAndApprove) else None
+        decision |= {"verdict": kind, "args_digest": approved_digest}
+        if edited_args is not None:
+            decision["edited_args"] = edited_args
+        approvals = len(standing) + 1 if call.approvals_required > 1 else 1
+        settles = approvals >= call.approvals_required
+        changes = {**edit, **(settled(CallStatus.APPROVED, kind, actor.id, now) if settles else {"updated_at": now})}
+        action = "call.edited" if kind == "edit" else "call.approved"
+        details = {"args_digest": approved_digest, "approvals": approvals, "required": call.approvals_required}
+        if edited_args is not None:
+            details["edited_args"] = edited_args
+    events = [call_event(actor.id, action, call, details, at=now)]
+    announcements = [(PENDING_CHANNEL, call.run_id)]
+    still_open = changes.get("status", call.status) in OPEN_CALL_STATUSES
+    run_ready = not still_open and not facts.others_open and facts.run_status == RunStatus.AWAITING_APPROVAL
+    if run_ready:
+        events.append(
+            AuditEvent(
+                SYSTEM.id, "run.ready", "run", call.run_id, run_id=call.run_id, agent_name=call.agent_name, at=now
+            )
+        )
+        announcements += [(READY_CHANNEL, call.run_id), (RUNS_CHANNEL, call.run_id)]
+    return DecisionPlan(decision, changes, run_ready, events, announcements)

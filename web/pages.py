@@ -24,10 +24,11 @@ from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdic
 from approvals.store.models import DecisionRow, ToolCallRow
 from approvals.tools import ToolDefinition
 
-from . import sse, views
+from . import forms, sse, views
 from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from .context import AppContext
 from .templating import TEMPLATES, render
+from .timeline import timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
 router.include_router(sse.router)
@@ -162,7 +163,7 @@ class Card:
 
     call: ToolCallRow
     description: str
-    fields: list[views.ArgField]
+    fields: list[forms.ArgField]
     raw_json: str
     digest: str
     decisions: list[DecisionRow]
@@ -200,7 +201,7 @@ async def _card(
     decisions = await context.store.decisions_for(call.id)
     run = await context.store.get_run(call.run_id)
     args = views.effective_args(call)
-    fields, form_errors = views.arg_fields(
+    fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
     )
     approvals = views.current_approvals(call, decisions)
@@ -248,7 +249,7 @@ async def _call_page(
     cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
     history = await context.store.load_history(call.run_id)
     decisions = await context.store.decisions_for_run(call.run_id)
-    entries = views.timeline(history, calls, decisions, current=[call.id])
+    entries = timeline(history, calls, decisions, current=[call.id])
     return _page(
         request,
         "call.html",
@@ -355,10 +356,10 @@ async def edit(
     context: ContextDep,
     args_digest: Annotated[str, Form(min_length=1)],
 ) -> Response:
-    submitted = views.form_values((await request.form()).multi_items())
+    submitted = forms.form_values((await request.form()).multi_items())
     call = await context.store.get_call(call_id)
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
-    args, problems = views.args_from_form(schema, submitted)
+    args, problems = forms.args_from_form(schema, submitted)
     if problems:  # unreadable input: show it with whatever else the validator finds; nothing is saved
         try:
             context.service.validate_edit(call, args)
@@ -438,7 +439,7 @@ async def _run_page(
         "run.html",
         {
             "run": run,
-            "entries": views.timeline(history, calls, decisions),
+            "entries": timeline(history, calls, decisions),
             "waiting": [c for c in calls if c.status in views.OPEN_STATUSES],
             "output": views.as_text(run.output) if run.output is not None else None,
             "asked_nobody": run.status == "completed" and not calls,

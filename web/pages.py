@@ -27,7 +27,7 @@ from approvals.tools import ToolDefinition
 from . import forms, sse, views
 from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from .context import AppContext
-from .templating import TEMPLATES, render
+from .templating import render
 from .timeline import timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
@@ -36,8 +36,6 @@ router.include_router(sse.router)
 PAGE_SIZE = 50
 View = Literal["card", "row"]
 """Which widget a decision form belongs to: the call page's card or an inbox row."""
-
-TEMPLATES.env.filters.update(tone=views.tone, verdict=views.verdict_label, as_text=views.as_text)
 
 
 def _is_htmx(request: Request) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Annotated, Any, Literal, assert_never
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response
@@ -412,7 +412,7 @@ def _jsonl(rows: list[AuditEventRow]) -> str:
     return "".join(AuditEventOut.model_validate(row).model_dump_json() + "\n" for row in rows)
 
 
-def _csv_lines(rows: Any) -> str:
+def _csv_lines(rows: Iterable[Sequence[str]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer).writerows(rows)
     return buffer.getvalue()

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from .views import as_text
 
@@ -104,10 +104,11 @@ class _Schema:
 def _kind(node: Mapping[str, Any]) -> Kind:
     if "enum" in node or "const" in node:
         return "enum"
-    kind = node.get("type")
-    if kind in ("string", "integer", "number", "boolean"):
-        return cast(Kind, kind)
-    if kind == "object" and isinstance(node.get("properties"), dict) and node["properties"]:
+    declared: object = node.get("type")  # not Any, so the match below narrows it to the literal
+    match declared:
+        case "string" | "integer" | "number" | "boolean" as simple:
+            return simple
+    if declared == "object" and isinstance(node.get("properties"), dict) and node["properties"]:
         return "object"
     options = node.get("anyOf") or node.get("oneOf")
     if (

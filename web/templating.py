@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from jinja2_fragments.fastapi import Jinja2Blocks
 
 from .auth import csrf_token
+from .views import as_text, tone, verdict_label
 
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).parent / "templates"))
 TEMPLATES.env.autoescape = True  # every value is escaped unless a template says otherwise
@@ -47,7 +48,9 @@ def _pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-TEMPLATES.env.filters.update(age=_age, until=_until, pretty_json=_pretty_json)
+TEMPLATES.env.filters.update(
+    age=_age, until=_until, pretty_json=_pretty_json, tone=tone, verdict=verdict_label, as_text=as_text
+)
 
 
 def render(

@@ -40,6 +40,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from approvals.exceptions import LeaseLost
 from approvals.security import sign_payload
@@ -394,7 +395,7 @@ async def _listen(store: Store, changes: _Wakeup, released: _Wakeup, poll_interv
                 released.wake()
                 async with anyio.create_task_group() as group:
 
-                    async def forward(stream: Any, wakeup: _Wakeup) -> None:
+                    async def forward(stream: MemoryObjectReceiveStream[str], wakeup: _Wakeup) -> None:
                         async for _ in stream:
                             wakeup.wake()
                         group.cancel_scope.cancel()  # the connection ended: listen again

@@ -1,6 +1,6 @@
 """The reviewer's pages through the ASGI app, on SQLite and PostgreSQL: every page, form, role and error path.
 
-Also the pure helpers behind them (`web.views`): schema -> form fields and back, summaries.
+Also the pure helpers behind them (`web.forms`, `web.views`): schema -> form fields and back, summaries.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPa
 from approvals.models import TestModel
 from approvals.store import Actor, Approve, Deny
 from approvals.store.models import ToolCallRow
-from web import pages, views
+from web import forms, pages, views
 
 from ..store.conftest import execute
 from .conftest import WebApp
@@ -802,7 +802,7 @@ async def test_the_page_hub_fans_out_one_listener_to_many_streams(web: WebApp, t
                     seen.append(await stream.receive())
 
 
-# --- web.views, the pure helpers -----------------------------------------------------------
+# --- web.forms and web.views, the pure helpers ---------------------------------------------
 
 
 def test_form_strings_become_json_values_typed_by_the_schema() -> None:
@@ -818,7 +818,7 @@ def test_form_strings_become_json_values_typed_by_the_schema() -> None:
         "args.carrier": '"ups"',
         "args.note": "",
     }
-    args, problems = views.args_from_form(schema, form)
+    args, problems = forms.args_from_form(schema, form)
     assert problems == []
     assert args == {
         "order_id": " A-7 ",
@@ -830,17 +830,17 @@ def test_form_strings_become_json_values_typed_by_the_schema() -> None:
         "note": None,
     }
     # an emptied optional number falls back to its default; text that is no number goes to the validator
-    args, _ = views.args_from_form(schema, {**form, "args.quantity": ""})
+    args, _ = forms.args_from_form(schema, {**form, "args.quantity": ""})
     assert "quantity" not in args
-    args, _ = views.args_from_form(schema, {**form, "args.quantity": "three"})
+    args, _ = forms.args_from_form(schema, {**form, "args.quantity": "three"})
     assert args["quantity"] == "three"
-    _, problems = views.args_from_form(schema, {**form, "args.items": "[1,"})
+    _, problems = forms.args_from_form(schema, {**form, "args.items": "[1,"})
     assert problems and problems[0][0] == "items" and problems[0][1].startswith("Not valid JSON")
 
 
 def test_fields_resolve_refs_and_errors_find_their_field() -> None:
     schema = Tool(ship).tool_def.parameters_json_schema
-    fields, leftover = views.arg_fields(
+    fields, leftover = forms.arg_fields(
         schema,
         SHIP_ARGS,
         errors=[("address.postcode", "bad"), ("items.0", "not a string"), ("", "whole thing"), ("x", "extra")],

@@ -1,0 +1,134 @@
+"""A run's message history as a timeline a reviewer can read.
+
+The stored history is what the model saw; the timeline joins each tool call in it to the
+approval-gated call it became and that call's decisions, so the page tells one story.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from approvals.messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolDeniedPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from approvals.store.models import DecisionRow, ToolCallRow
+
+from .views import as_text
+
+EntryKind = Literal["system", "user", "text", "thinking", "call", "result", "answered", "skipped", "denied", "retry"]
+
+
+@dataclass
+class TimelineEntry:
+    """One thing that happened in a run, in order: a prompt, the model's text, a call, a result."""
+
+    kind: EntryKind
+    content: str
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    call: ToolCallRow | None = None
+    """The approval-gated call this tool call became, when it needed a person."""
+    decisions: list[DecisionRow] = field(default_factory=list)
+    current: bool = False
+    """This is the call the page is about."""
+    note: str | None = None
+    at: dt.datetime | None = None
+
+
+def timeline(
+    history: Sequence[ModelRequest | ModelResponse],
+    calls: Sequence[ToolCallRow] = (),
+    decisions: Sequence[DecisionRow] = (),
+    *,
+    current: Sequence[str] = (),
+) -> list[TimelineEntry]:
+    """The history as entries; tool calls are joined to their gated calls and decisions."""
+    by_tool_call = {call.tool_call_id: call for call in calls}
+    by_call: dict[str, list[DecisionRow]] = {}
+    for decision in decisions:
+        by_call.setdefault(decision.call_id, []).append(decision)
+    entries: list[TimelineEntry] = []
+    for message in history:
+        if isinstance(message, ModelResponse):
+            for part in message.parts:
+                if isinstance(part, TextPart):
+                    if part.content.strip():
+                        entries.append(TimelineEntry(kind="text", content=part.content, at=message.timestamp))
+                elif isinstance(part, ThinkingPart):
+                    shown = "(redacted by the provider)" if part.redacted else part.content
+                    entries.append(TimelineEntry(kind="thinking", content=shown, at=message.timestamp))
+                elif isinstance(part, ToolCallPart):
+                    call = by_tool_call.get(part.tool_call_id)
+                    entries.append(
+                        TimelineEntry(
+                            kind="call",
+                            content=_pretty_args(part),
+                            tool_name=part.tool_name,
+                            tool_call_id=part.tool_call_id,
+                            call=call,
+                            decisions=by_call.get(call.id, []) if call else [],
+                            current=call is not None and call.id in current,
+                            at=message.timestamp,
+                        )
+                    )
+            continue
+        for request_part in message.parts:
+            entries.append(_request_entry(request_part))
+    return entries
+
+
+def _request_entry(
+    part: SystemPromptPart | UserPromptPart | ToolReturnPart | RetryPromptPart | ToolDeniedPart,
+) -> TimelineEntry:
+    if isinstance(part, SystemPromptPart):
+        return TimelineEntry(kind="system", content=part.content, at=part.timestamp)
+    if isinstance(part, UserPromptPart):
+        return TimelineEntry(kind="user", content=part.content, at=part.timestamp)
+    if isinstance(part, ToolDeniedPart):
+        return _tool_entry("denied", part.reason, part)
+    if isinstance(part, RetryPromptPart):
+        return _tool_entry("retry", part.content, part)
+    kinds: dict[str, EntryKind] = {"tool": "result", "reviewer": "answered", "not-run": "skipped"}
+    note = None
+    if part.args_override is not None:
+        note = "ran with arguments a reviewer edited: " + json.dumps(part.args_override, ensure_ascii=False)
+    return _tool_entry(kinds[part.source], as_text(part.content), part, note)
+
+
+def _tool_entry(
+    kind: EntryKind,
+    content: str,
+    part: ToolReturnPart | RetryPromptPart | ToolDeniedPart,
+    note: str | None = None,
+) -> TimelineEntry:
+    """What became of one tool call (its result, a denial, a retry prompt), tied to the call it answers."""
+    return TimelineEntry(
+        kind=kind,
+        content=content,
+        tool_name=part.tool_name,
+        tool_call_id=part.tool_call_id,
+        note=note,
+        at=part.timestamp,
+    )
+
+
+def _pretty_args(part: ToolCallPart) -> str:
+    if isinstance(part.args, str):
+        try:
+            return json.dumps(json.loads(part.args), indent=2, ensure_ascii=False)
+        except ValueError:
+            return part.args
+    return json.dumps(part.args or {}, indent=2, ensure_ascii=False)

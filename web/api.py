@@ -22,6 +22,7 @@ from approvals.audit_csv import CSV_COLUMNS, csv_row
 from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdict
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
+from approvals.store.states import CallStatus, RunStatus
 
 from .auth import (
     SAFE_METHODS,
@@ -48,7 +49,6 @@ from .schemas import (
     CallList,
     CallOut,
     CallPage,
-    CallStatus,
     Cancel,
     Decision,
     DenyVerdict,
@@ -59,7 +59,6 @@ from .schemas import (
     RunMessages,
     RunOut,
     RunPage,
-    RunStatus,
     StartRun,
     UtcDatetime,
     check_text,
@@ -131,7 +130,7 @@ class RunFilters(BaseModel):
 
 
 class CallFilters(BaseModel):
-    status: CallStatus | Literal["all"] = Field("pending", description="A call status, or `all`.")
+    status: CallStatus | Literal["all"] = Field(CallStatus.PENDING, description="A call status, or `all`.")
     agent: Name | None = None
     tool: Name | None = None
     q: (

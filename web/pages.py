@@ -22,6 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from approvals.tools import ToolDefinition
 
 from . import forms, sse, views
@@ -104,16 +105,16 @@ async def _definition(context: AppContext, version: str) -> ToolDefinition:
 async def _row(
     context: AppContext, actor: Actor, call: ToolCallRow, decisions: list[DecisionRow] | None = None
 ) -> InboxRow:
-    args = views.effective_args(call)
+    args = call.current_args
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
     return InboxRow(
         call=call,
         summary=views.summarize(args, schema=schema),
         full_args=json.dumps(args, ensure_ascii=False, sort_keys=True),
-        digest=views.current_digest(call),
+        digest=call.current_digest,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
-        is_open=call.status in views.OPEN_STATUSES,
-        can_decide=actor.can("reviewer") and call.status in views.OPEN_STATUSES,
+        is_open=call.is_open,
+        can_decide=actor.can("reviewer") and call.is_open,
         approvals=views.current_approvals(call, decisions or []),
     )
 
@@ -151,7 +152,7 @@ async def inbox(
         {
             "filters": filters,
             "rows": [await _row(context, actor, call) for call in page.items],
-            "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == "pending"],
+            "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING],
             "total": sum(counts.values()),
             "statuses": views.CALL_STATUSES,
             "agents": context.registry.names,
@@ -210,12 +211,12 @@ async def _card(
     definition = await _definition(context, call.tool_version)
     decisions = await context.store.decisions_for(call.id)
     run = await context.store.get_run(call.run_id)
-    args = views.effective_args(call)
+    args = call.current_args
     fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
     )
     approvals = views.current_approvals(call, decisions)
-    is_open = call.status in views.OPEN_STATUSES
+    is_open = call.is_open
     can_decide = is_open and actor.can("reviewer")
     note = None
     if can_decide and run.started_by == actor.id:
@@ -231,7 +232,7 @@ async def _card(
         description=definition.description,
         fields=fields,
         raw_json=json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True),
-        digest=views.current_digest(call),
+        digest=call.current_digest,
         decisions=decisions,
         approvals=approvals,
         is_open=is_open,
@@ -449,10 +450,10 @@ async def _run_page(
         {
             "run": run,
             "entries": timeline(history, calls, decisions),
-            "waiting": [c for c in calls if c.status in views.OPEN_STATUSES],
+            "waiting": [c for c in calls if c.is_open],
             "output": views.as_text(run.output) if run.output is not None else None,
-            "asked_nobody": run.status == "completed" and not calls,
-            "can_cancel": actor.can("admin") and run.status not in ("completed", "failed", "cancelled"),
+            "asked_nobody": run.status == RunStatus.COMPLETED and not calls,
+            "can_cancel": actor.can("admin") and run.status not in FINAL_RUN_STATUSES,
             "message": message,
         },
         block="run",

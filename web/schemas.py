@@ -14,27 +14,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from approvals.messages import ModelMessage
 from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.states import CallStatus, RunStatus
 from approvals.tools import ToolDefinition
-
-RunStatus: TypeAlias = Literal["running", "awaiting_approval", "ready", "resuming", "completed", "failed", "cancelled"]
-CallStatus: TypeAlias = Literal[
-    "pending",
-    "approved",
-    "denied",
-    "answered",
-    "expired",
-    "executing",
-    "succeeded",
-    "failed",
-    "outcome_unknown",
-    "cancelled",
-]
 
 
 def check_text(value: str) -> str:
@@ -254,7 +241,7 @@ class CallOut(FromRow):
     edited_args: Any = Field(validation_alias="override_args")
     """A reviewer's edited arguments, which replace `args` when the call runs."""
     edited_args_digest: str | None = Field(validation_alias="override_digest")
-    current_args_digest: str = Field(default_factory=lambda data: data["edited_args_digest"] or data["args_digest"])
+    current_args_digest: str = Field(validation_alias="current_digest")
     """Digest of the arguments an approval approves now: send it back as `args_digest`."""
     status: CallStatus
     reason: str | None

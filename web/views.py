@@ -13,38 +13,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.states import CallStatus, RunStatus
 
-_STATUS_TONE = {
-    "pending": "warn",
-    "outcome_unknown": "bad",
-    "approved": "ok",
-    "executing": "warn",
-    "succeeded": "ok",
-    "completed": "ok",
-    "answered": "ok",
-    "denied": "bad",
-    "expired": "bad",
-    "failed": "bad",
-    "cancelled": "bad",
-    "awaiting_approval": "warn",
-    "ready": "",
-    "resuming": "",
-    "running": "",
+_STATUS_TONE: dict[str, str] = {
+    CallStatus.PENDING: "warn",
+    CallStatus.OUTCOME_UNKNOWN: "bad",
+    CallStatus.APPROVED: "ok",
+    CallStatus.EXECUTING: "warn",
+    CallStatus.SUCCEEDED: "ok",
+    CallStatus.ANSWERED: "ok",
+    CallStatus.DENIED: "bad",
+    CallStatus.EXPIRED: "bad",
+    CallStatus.FAILED: "bad",
+    CallStatus.CANCELLED: "bad",
+    RunStatus.COMPLETED: "ok",
+    RunStatus.AWAITING_APPROVAL: "warn",
 }
-CALL_STATUSES = (
-    "pending",
-    "outcome_unknown",
-    "approved",
-    "executing",
-    "succeeded",
-    "failed",
-    "denied",
-    "answered",
-    "expired",
-    "cancelled",
-)
-RUN_STATUSES = ("awaiting_approval", "ready", "resuming", "running", "completed", "failed", "cancelled")
-OPEN_STATUSES = ("pending", "outcome_unknown")
+"""Badge colours; a status not named here (ready, resuming) gets none."""
+CALL_STATUSES = tuple(CallStatus)
+RUN_STATUSES = tuple(RunStatus)
 
 
 _VERDICT_LABELS = {
@@ -102,19 +89,8 @@ def _short(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def effective_args(call: ToolCallRow) -> dict[str, Any]:
-    """The arguments the call would run with: a reviewer's edit, else the model's validated arguments."""
-    args = call.override_args if call.override_args is not None else call.args
-    return args if isinstance(args, dict) else {}
-
-
-def current_digest(call: ToolCallRow) -> str:
-    """The digest an approval of what the page shows must carry."""
-    return call.override_digest or call.args_digest
-
-
 def expiring_soon(call: ToolCallRow, seconds: int, now: dt.datetime | None = None) -> bool:
-    if call.expires_at is None or call.status not in OPEN_STATUSES:
+    if call.expires_at is None or not call.is_open:
         return False
     now = now or dt.datetime.now(dt.UTC)
     return (call.expires_at - now).total_seconds() <= seconds
@@ -122,14 +98,5 @@ def expiring_soon(call: ToolCallRow, seconds: int, now: dt.datetime | None = Non
 
 def current_approvals(call: ToolCallRow, decisions: Sequence[DecisionRow]) -> list[str]:
     """Who approved the arguments as they stand now (the quorum count), oldest first."""
-    digest = current_digest(call)
-    seen: list[str] = []
-    for decision in decisions:
-        if (
-            decision.verdict in ("approve", "edit")
-            and decision.args_digest == digest
-            and decision.consumed_at is None
-            and decision.actor not in seen
-        ):
-            seen.append(decision.actor)
-    return seen
+    standing = (d.actor for d in decisions if d.is_standing and d.args_digest == call.current_digest)
+    return list(dict.fromkeys(standing))

@@ -28,7 +28,7 @@ from ._writes import (
     tool_definition_row,
     utcnow,
 )
-from .audit import AuditEvent, append_events
+from .audit import AuditEvent, append_events, run_event
 from .db import Database
 from .models import STANDING, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import READY_CHANNEL, RUNS_CHANNEL, Notifier
@@ -82,6 +82,10 @@ class Transaction:
     async def announce(self, channel: str, payload: str) -> None:
         """Wake listeners on `channel` once this transaction commits."""
         self.announcements.append((channel, payload))
+
+    async def record(self, event: AuditEvent) -> None:
+        """Record an event made by `call_event` or `run_event`; it is chained when the transaction ends."""
+        self.events.append(event)
 
     async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
         """Record an event; it is chained and written when the transaction ends."""
@@ -305,7 +309,7 @@ class Transaction:
             .returning(RunRow.id)
         )
         if ready is not None:
-            await self.audit(SYSTEM_ACTOR_ID, "run.ready", "run", run_id, run_id=run_id, agent_name=agent_name)
+            await self.record(run_event(SYSTEM_ACTOR_ID, "run.ready", run_id, agent_name))
             await self.announce(READY_CHANNEL, run_id)
             await self.announce(RUNS_CHANNEL, run_id)
 

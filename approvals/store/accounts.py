@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import ROLE_RANK, TOKEN_SCOPES, Actor, StoreBase
-from ._writes import utcnow
+from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
 
@@ -37,7 +37,9 @@ class AccountOps(StoreBase):
         _check_role(role)
         if not username.strip():
             raise UserError("A username cannot be empty")
-        if actor.id != "system" and not actor.can("admin"):
+        if username == SYSTEM_ACTOR_ID:
+            raise UserError(f"{username!r} is reserved: the audit log names work nobody asked for so")
+        if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not add users")
         row = UserRow(
             username=username,
@@ -83,7 +85,7 @@ class AccountOps(StoreBase):
         disabled: bool | None = None,
     ) -> None:
         """Change a user's role, password or enabled state; any such change ends the user's sessions."""
-        if not actor.can("admin") and actor.id != "system":
+        if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not change users")
         values: dict[str, Any] = {}
         details: dict[str, Any] = {}
@@ -122,7 +124,7 @@ class AccountOps(StoreBase):
         `scopes` limits it further (`TOKEN_SCOPES`); None allows whatever the role allows.
         """
         _check_role(role)
-        if not actor.can("admin") and actor.id != "system":
+        if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not create tokens")
         if scopes is not None:
             unknown = sorted(set(scopes) - set(TOKEN_SCOPES))
@@ -181,7 +183,7 @@ class AccountOps(StoreBase):
             return list((await session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id))).all())
 
     async def revoke_token(self, token_id: int, *, actor: Actor) -> None:
-        if not actor.can("admin") and actor.id != "system":
+        if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not revoke tokens")
         async with self.transaction() as tx:
             result = await tx.session.execute(

@@ -18,6 +18,7 @@ from ._base import SYSTEM, Actor, StoreBase
 from ._decision_sql import LOCK_CALL, LOCK_RUN, STANDING_APPROVERS, call_facts, plan_statements
 from ._pg_decisions import pg_decide
 from ._writes import utcnow
+from .audit import call_event
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
 from .states import CallStatus
@@ -84,16 +85,7 @@ class DecisionOps(StoreBase):
                 await tx.update_call(
                     call, **settled(CallStatus.EXPIRED, "expire", SYSTEM.id, now), denial_reason=reason
                 )
-                await tx.audit(
-                    SYSTEM.id,
-                    "call.expired",
-                    "call",
-                    call.id,
-                    run_id=call.run_id,
-                    agent_name=call.agent_name,
-                    tool_name=call.tool_name,
-                    details={"reason": reason},
-                )
+                await tx.record(call_event(SYSTEM.id, "call.expired", call, {"reason": reason}))
                 runs[call.run_id] = call.agent_name
             for run_id in sorted(runs):
                 await tx.announce(PENDING_CHANNEL, run_id)

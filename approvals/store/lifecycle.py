@@ -31,6 +31,7 @@ from ._writes import (
     pending_call,
     utcnow,
 )
+from .audit import call_event, run_event
 from .models import MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
@@ -110,9 +111,7 @@ class RunLifecycle(StoreBase):
                     updated_at=now,
                 )
             )
-            await tx.audit(
-                actor.id, "run.started", "run", run_id, run_id=run_id, agent_name=agent_name, details={"prompt": prompt}
-            )
+            await tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
             await tx.announce(READY_CHANNEL, run_id)
             await tx.announce(RUNS_CHANNEL, run_id)
         return run_id
@@ -204,7 +203,7 @@ class RunLifecycle(StoreBase):
                 run.lease_owner = worker_id
                 run.lease_expires_at = now + dt.timedelta(seconds=lease_seconds)
                 run.updated_at = now
-                await tx.audit(worker_id, "run.resumed", "run", run.id, run_id=run.id, agent_name=run.agent_name)
+                await tx.record(run_event(worker_id, "run.resumed", run.id, run.agent_name))
                 await tx.announce(RUNS_CHANNEL, run.id)
                 history: list[ModelMessage] = []
                 decided: dict[str, DecidedCall] = {}
@@ -250,29 +249,13 @@ class RunLifecycle(StoreBase):
         for call in stuck:
             if call.idempotent:
                 call.status = CallStatus.APPROVED
-                await tx.audit(
-                    SYSTEM.id,
-                    "call.retried",
-                    "call",
-                    call.id,
-                    run_id=run.id,
-                    agent_name=run.agent_name,
-                    tool_name=call.tool_name,
-                    details={"reason": "worker died while the call ran; the tool is idempotent"},
-                )
+                reason = "worker died while the call ran; the tool is idempotent"
+                await tx.record(call_event(SYSTEM.id, "call.retried", call, {"reason": reason}))
             else:
                 call.status = CallStatus.OUTCOME_UNKNOWN
                 unknown = True
-                await tx.audit(
-                    SYSTEM.id,
-                    "call.outcome_unknown",
-                    "call",
-                    call.id,
-                    run_id=run.id,
-                    agent_name=run.agent_name,
-                    tool_name=call.tool_name,
-                    details={"reason": "worker died while the call ran; it may or may not have happened"},
-                )
+                reason = "worker died while the call ran; it may or may not have happened"
+                await tx.record(call_event(SYSTEM.id, "call.outcome_unknown", call, {"reason": reason}))
             call.updated_at = utcnow()
         if unknown:
             run.status = RunStatus.AWAITING_APPROVAL
@@ -394,7 +377,7 @@ class RunLifecycle(StoreBase):
         """Hand a held run back (graceful shutdown before it started work)."""
         async with self.transaction() as tx:
             run = await tx.hold(run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
-            await tx.audit(worker_id, "run.released", "run", run_id, run_id=run_id, agent_name=run.agent_name)
+            await tx.record(run_event(worker_id, "run.released", run_id, run.agent_name))
             await tx.announce(READY_CHANNEL, run_id)
 
     async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> None:
@@ -431,15 +414,7 @@ class RunLifecycle(StoreBase):
             run.lease_owner = None
             run.lease_expires_at = None
             run.updated_at = now
-            await tx.audit(
-                actor.id,
-                "run.cancelled",
-                "run",
-                run_id,
-                run_id=run_id,
-                agent_name=run.agent_name,
-                details={"reason": reason},
-            )
+            await tx.record(run_event(actor.id, "run.cancelled", run_id, run.agent_name, {"reason": reason}))
             for call_id, tool_name in sorted(interrupted):
                 await tx.audit(
                     actor.id,
@@ -465,7 +440,7 @@ class RunLifecycle(StoreBase):
             run.status = RunStatus.READY
             run.error = None
             run.updated_at = utcnow()
-            await tx.audit(actor.id, "run.retried", "run", run_id, run_id=run_id, agent_name=run.agent_name)
+            await tx.record(run_event(actor.id, "run.retried", run_id, run.agent_name))
             await tx.announce(READY_CHANNEL, run_id)
 
 

@@ -241,6 +241,16 @@ class DecisionRow(Base):
     """When the approval was used up by executing the call."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
+    @hybrid_property
+    def is_standing(self) -> bool:
+        """An approval that counts towards the quorum: approve or edit, not yet used up by running the call."""
+        return self.verdict in APPROVAL_VERDICTS and self.consumed_at is None
+
+    @is_standing.inplace.expression
+    @classmethod
+    def _is_standing_sql(cls) -> ColumnElement[bool]:
+        return and_(cls.verdict.in_(APPROVAL_VERDICTS), cls.consumed_at.is_(None))
+
     __table_args__ = (
         # one standing approval per reviewer and arguments: what a quorum counts, so it needs different people.
         # Denials, answers and approvals a run used up are free: a reviewer may deny a call they approved, and

@@ -25,11 +25,14 @@ __all__ = (
 
 
 class RunStatus(StrEnum):
-    """A run's place in its life: queued (`ready`), held by a worker, waiting for people, or ended."""
+    """A run's place in its life: waiting for people, queued (`ready`), held by a worker, or ended.
 
+    Members are in the order lists and filters show them.
+    """
+
+    AWAITING_APPROVAL = "awaiting_approval"
     READY = "ready"
     RESUMING = "resuming"
-    AWAITING_APPROVAL = "awaiting_approval"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -41,12 +44,12 @@ class CallStatus(StrEnum):
     PENDING = "pending"
     OUTCOME_UNKNOWN = "outcome_unknown"
     APPROVED = "approved"
-    DENIED = "denied"
-    ANSWERED = "answered"
-    EXPIRED = "expired"
     EXECUTING = "executing"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    DENIED = "denied"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
     CANCELLED = "cancelled"
 
 

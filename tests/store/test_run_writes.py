@@ -18,6 +18,7 @@ from approvals._canonical import canonical_json
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Approve, Deny, Store
 from approvals.store.audit import AuditEvent, event_content
+from approvals.store.hot_path_sql import function_name
 
 from .agents import email_agent, shop_agent
 from .conftest import BACKENDS
@@ -151,7 +152,7 @@ def test_the_servers_audit_content_is_pythons(postgres_url: str) -> None:
             event = AuditEvent(at=dt.datetime(2026, 11, 23, 7, 10, 5, microsecond, tzinfo=dt.UTC), **fields)
             details = None if event.details is None else canonical_json(event.details)
             row = connection.execute(
-                "SELECT approvals_event_content(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                f"SELECT {function_name('event_content')}(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     event.at.isoformat(),
                     event.actor,

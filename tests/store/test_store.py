@@ -432,3 +432,17 @@ async def test_search_finds_non_ascii_arguments(store: Store) -> None:
     await store.pause(run_id, "w", [], DeferredToolRequests(approvals=[request]))
     assert [c.tool_call_id for c in (await store.list_calls(search="straße")).items] == ["c1"]
     assert [c.tool_call_id for c in (await store.list_calls(search="Zürich")).items] == ["c1"]
+
+
+async def test_a_user_named_system_is_no_admin(store: Store) -> None:
+    """Only the role decides what an actor may do: an id that reads "system" grants nothing."""
+    impostor = Actor("system", "viewer")
+    with pytest.raises(Forbidden):
+        await store.create_user("mallory", "pw-123456789", role="admin", actor=impostor)
+    with pytest.raises(Forbidden):
+        await store.create_token("backdoor", role="admin", actor=impostor)
+    await store.create_user("bob", "pw-123456789", role="viewer", actor=Actor("ada", "admin"))
+    with pytest.raises(Forbidden):
+        await store.update_user("bob", role="admin", actor=impostor)
+    with pytest.raises(UserError, match="reserved"):
+        await store.create_user("system", "pw-123456789", role="viewer", actor=Actor("ada", "admin"))

@@ -38,6 +38,7 @@ from .._canonical import canonical_json
 from ..exceptions import Conflict
 from ..messages import MESSAGE_FORMAT_VERSION, dump_message
 from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, load_history_rows, tool_definition_row, utcnow
+from .audit import event_document
 from .db import json_text
 from .hot_path_sql import function_name
 
@@ -178,17 +179,7 @@ def _run_write_document(write: RunWrite, stored_tool_versions: set[str]) -> dict
             "error_text": canonical_json(error),
         }
     if write.events:
-        document["events"] = [
-            {
-                "action": event.action,
-                "subject_type": event.subject_type,
-                "subject_id": event.subject_id,
-                "tool_name": event.tool_name,
-                "details": event.details,
-                "details_text": None if event.details is None else canonical_json(event.details),
-            }
-            for event in write.events
-        ]
+        document["events"] = [event_document(event) for event in write.events]
     if write.announcements:
         document["announce"] = [list(pair) for pair in dict.fromkeys(write.announcements)]
     return document

@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -136,7 +136,26 @@ def server_event(event: AuditEvent) -> tuple[Any, ...]:
     The server hashes `details_text`, the canonical JSON made here, so both paths hash the
     same bytes (JSONB would store the details normalized, `event_content` covers that).
     """
-    document = {
+    at = event.at.astimezone(dt.UTC)
+    return at, at.isoformat(), event.actor, event.run_id, event.agent_name, event_document(event)
+
+
+class _EventParts(Protocol):
+    @property
+    def action(self) -> str: ...
+    @property
+    def subject_type(self) -> str: ...
+    @property
+    def subject_id(self) -> str: ...
+    @property
+    def tool_name(self) -> str | None: ...
+    @property
+    def details(self) -> dict[str, Any] | None: ...
+
+
+def event_document(event: _EventParts) -> dict[str, Any]:
+    """What the hot path's SQL reads of an event: its parts, and its details' canonical text, which it hashes."""
+    return {
         "action": event.action,
         "subject_type": event.subject_type,
         "subject_id": event.subject_id,
@@ -144,8 +163,6 @@ def server_event(event: AuditEvent) -> tuple[Any, ...]:
         "details": event.details,
         "details_text": None if event.details is None else canonical_json(event.details),
     }
-    at = event.at.astimezone(dt.UTC)
-    return at, at.isoformat(), event.actor, event.run_id, event.agent_name, document
 
 
 async def lock_audit_chain(session: AsyncSession) -> None:

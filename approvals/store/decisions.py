@@ -17,6 +17,7 @@ from ..exceptions import NotFound
 from ._base import SYSTEM, Actor, StoreBase
 from ._decision_sql import LOCK_CALL, LOCK_RUN, STANDING_APPROVERS, call_facts, plan_statements
 from ._pg_decisions import pg_decide
+from ._run_writes import ready_if_decided, update_call
 from ._writes import utcnow
 from .audit import call_event
 from .models import RunRow, ToolCallRow
@@ -82,12 +83,10 @@ class DecisionOps(StoreBase):
             for call in calls:
                 waited = int((call.expires_at - call.created_at).total_seconds()) if call.expires_at else 0
                 reason = f"No one decided within {waited} seconds, so the request expired and the call was not run."
-                await tx.update_call(
-                    call, **settled(CallStatus.EXPIRED, "expire", SYSTEM.id, now), denial_reason=reason
-                )
+                await update_call(call, **settled(CallStatus.EXPIRED, "expire", SYSTEM.id, now), denial_reason=reason)
                 await tx.record(call_event(SYSTEM.id, "call.expired", call, {"reason": reason}))
                 runs[call.run_id] = call.agent_name
             for run_id in sorted(runs):
                 await tx.announce(PENDING_CHANNEL, run_id)
-                await tx.ready_if_decided(run_id, runs[run_id])
+                await ready_if_decided(tx, run_id, runs[run_id])
             return len(calls)

@@ -19,8 +19,10 @@ from sqlalchemy import and_, func, or_, select, update
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
 from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
-from ._base import SYSTEM, Actor, StoreBase, Transaction
+from ._base import SYSTEM, Actor, StoreBase
 from ._pg import ClaimedRow, pg_claim
+from ._run_writes import hold_run, start_executing
+from ._transaction import Transaction
 from ._writes import (
     DecidedCall,
     HeldRun,
@@ -233,7 +235,7 @@ class RunLifecycle(StoreBase):
                     }
                 approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
                 held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
-                started = await tx.start_executing(held, approved, now) if approved else []
+                started = await start_executing(tx, held, approved, now) if approved else []
                 executing = frozenset(call.tool_call_id for call in started)
                 return _claimed(run, run.lease_expires_at, history, decided, executing)
         return None
@@ -269,7 +271,7 @@ class RunLifecycle(StoreBase):
     async def renew_lease(self, run_id: str, worker_id: str, *, lease_seconds: float = 60.0) -> None:
         """Extend this worker's lease; `LeaseLost` if it no longer holds the run."""
         async with self.transaction() as tx:
-            await tx.hold(run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
+            await hold_run(tx, run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
 
     async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
         """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
@@ -376,7 +378,7 @@ class RunLifecycle(StoreBase):
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
         async with self.transaction() as tx:
-            run = await tx.hold(run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
+            run = await hold_run(tx, run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
             await tx.record(run_event(worker_id, "run.released", run_id, run.agent_name))
             await tx.announce(READY_CHANNEL, run_id)
 

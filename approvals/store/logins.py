@@ -22,7 +22,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..security import hash_token, verify_password_async
-from ._base import StoreBase, Transaction
+from ._base import StoreBase
+from ._transaction import Transaction
 from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .models import LoginThrottleRow, UserRow, WebSessionRow
 

@@ -220,7 +220,7 @@ class ToolCallRow(Base):
 STANDING_APPROVAL = text(
     "verdict IN (" + ", ".join(f"'{verdict}'" for verdict in APPROVAL_VERDICTS) + ") AND consumed_at IS NULL"
 )
-"""The decisions that count towards a call's quorum (`Transaction.count_approvals`)."""
+"""The decisions that count towards a call's quorum, as DDL text (`DecisionRow.is_standing` in queries)."""
 
 
 class DecisionRow(Base):

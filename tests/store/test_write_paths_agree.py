@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from approvals.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from approvals.store import Database, Store
 from approvals.store._pg import pg_run_write
+from approvals.store._run_writes import apply_write
 from approvals.store._writes import Interrupted, RunEvent, RunWrite, tool_definition_row
 from approvals.store.migrate import upgrade
 from approvals.tools import ToolDefinition
@@ -163,7 +164,7 @@ async def outcome(coroutine: Any) -> str:
 
 async def by_python(store: Store, write: RunWrite) -> None:
     async with store.transaction() as tx:
-        await tx.apply(write)
+        await apply_write(tx, write)
 
 
 def test_random_writes_store_the_same_rows_and_audit_hashes_on_both_paths(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._base import SYSTEM, TOKEN_SCOPES, Actor, Role
+from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
 from .db import Database, normalize_url
@@ -16,6 +16,7 @@ from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .queries import Page, Queries
+from .states import Role
 
 __all__ = (
     "PENDING_CHANNEL",

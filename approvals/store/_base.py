@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,9 +21,7 @@ from .audit import append_events
 from .db import Database
 from .models import RunRow
 from .notify import Notifier
-
-Role = Literal["viewer", "reviewer", "admin"]
-ROLE_RANK: dict[str, int] = {"viewer": 0, "reviewer": 1, "admin": 2}
+from .states import ROLE_RANK, Role
 
 
 @dataclass(frozen=True)

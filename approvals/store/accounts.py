@@ -14,17 +14,19 @@ from sqlalchemy.exc import IntegrityError
 
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
-from ._base import ROLE_RANK, TOKEN_SCOPES, Actor, StoreBase
+from ._base import TOKEN_SCOPES, Actor, StoreBase
 from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
+from .states import ROLE_RANK, Role, is_role
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)
 
 
-def _check_role(role: str) -> None:
-    if role not in ROLE_RANK:
+def _check_role(role: str) -> Role:
+    if not is_role(role):
         raise UserError(f"Unknown role {role!r}: use viewer, reviewer or admin")
+    return role
 
 
 class AccountOps(StoreBase):
@@ -168,15 +170,15 @@ class AccountOps(StoreBase):
             # coarse on purpose: a write per request would cost every API call a write lock
             async with self.db.sessions() as session, session.begin():
                 await session.execute(update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now))
-        role = row.role if row.role in ROLE_RANK else "viewer"
+        role: Role = row.role if is_role(row.role) else "viewer"  # a row edited by hand reads as the least
         scopes = frozenset(row.scopes) if row.scopes is not None else None
         if row.username is None:
-            return Actor(id=f"token:{row.name}", role=role, scopes=scopes, person=False)  # type: ignore[arg-type]
+            return Actor(id=f"token:{row.name}", role=role, scopes=scopes, person=False)
         if user is None or user.disabled:
             return None
         lower = min(role, user.role, key=lambda r: ROLE_RANK.get(r, 0))
         groups = frozenset(user.groups or ())
-        return Actor(id=user.username, role=lower, groups=groups, scopes=scopes)  # type: ignore[arg-type]
+        return Actor(id=user.username, role=lower, groups=groups, scopes=scopes)
 
     async def list_tokens(self) -> list[ApiTokenRow]:
         async with self.db.read() as session:

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from .states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, RunStatus
+from .states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, Role, RunStatus
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -311,7 +311,7 @@ class UserRow(Base):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     username: Mapped[str] = mapped_column(String(200), unique=True)
     password_hash: Mapped[str | None] = mapped_column(String(300))
-    role: Mapped[str] = mapped_column(String(20))
+    role: Mapped[Role] = mapped_column(String(20))
     groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -325,7 +325,7 @@ class ApiTokenRow(Base):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    role: Mapped[str] = mapped_column(String(20))
+    role: Mapped[Role] = mapped_column(String(20))
     scopes: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     username: Mapped[str | None] = mapped_column(String(200))
     """The person the token acts as; None for a service identity, which may not approve."""

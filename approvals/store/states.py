@@ -10,6 +10,7 @@ in queries alike.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal, TypeAlias, TypeGuard
 
 __all__ = (
     "APPROVAL_VERDICTS",
@@ -20,7 +21,10 @@ __all__ = (
     "RESUMABLE_RUN_STATUSES",
     "SETTLED_RUN_STATUSES",
     "CallStatus",
+    "ROLE_RANK",
+    "Role",
     "RunStatus",
+    "is_role",
 )
 
 
@@ -69,3 +73,13 @@ NOT_RUN_CALL_STATUSES = (CallStatus.PENDING, CallStatus.APPROVED)
 
 APPROVAL_VERDICTS = ("approve", "edit")
 """Verdicts that count towards a call's quorum while they stand (not used up by running the call)."""
+
+Role: TypeAlias = Literal["viewer", "reviewer", "admin"]
+"""What a person or token may do: `viewer` reads, `reviewer` decides, `admin` also manages."""
+ROLE_RANK: dict[str, int] = {"viewer": 0, "reviewer": 1, "admin": 2}
+"""Each role can do what the roles below it can."""
+
+
+def is_role(text: str) -> TypeGuard[Role]:
+    """Whether `text` names a role."""
+    return text in ROLE_RANK

@@ -35,6 +35,7 @@ from ._outage import Outage
 from .agent import Agent
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
+from .history_cache import HistoryCache
 from .messages import ModelRequest, ModelResponse
 from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from .store.errors import describe, is_transient
@@ -203,6 +204,8 @@ class Resumer:
         self.registry = registry
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
+        self.histories = HistoryCache()
+        """The histories of runs this worker paused: resuming one of them reads only its new messages."""
 
     async def resume(self, run_id: str | None = None) -> str | None:
         """Continue one ready run (`run_id`, or the oldest); returns its id, or None when none was ready."""
@@ -215,7 +218,11 @@ class Resumer:
     async def claim(self, run_id: str | None = None) -> ClaimedRun | None:
         """Lease one ready run of this registry's agents (`run_id`, or the oldest); None when none is ready."""
         return await self.store.claim(
-            self.worker_id, lease_seconds=self.lease_seconds, run_id=run_id, agent_names=self.registry.names
+            self.worker_id,
+            lease_seconds=self.lease_seconds,
+            run_id=run_id,
+            agent_names=self.registry.names,
+            known=self.histories.known(),
         )
 
     async def continue_run(self, claimed: ClaimedRun) -> None:
@@ -300,8 +307,12 @@ class Resumer:
             attempt = True
 
     async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:
-        run_id, history = claimed.run_id, claimed.history
-        stored = _StoredRun(self, claimed, lease)
+        run_id = claimed.run_id
+        history = self.histories.join(run_id, claimed.history_from, claimed.history)
+        if history is None:
+            history = await self.store.load_history(run_id)
+        self.histories.drop(run_id)  # held again once this resume has stored its last write
+        stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
             entry = self.registry.get(claimed.agent_name)
             deps = await entry.make_deps(claimed.deps)
@@ -330,6 +341,7 @@ class Resumer:
             if isinstance(result.output, DeferredToolRequests):
                 requests = result.output
                 await stored.pause(remaining, requests)
+                self.histories.keep(run_id, result.all_messages())
                 names = ", ".join(call.tool_name for call in requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return
@@ -372,14 +384,14 @@ class _StoredRun:
     them), and a failed run hands back the approved calls it never started.
     """
 
-    def __init__(self, resumer: Resumer, claimed: ClaimedRun, lease: _Lease) -> None:
+    def __init__(self, resumer: Resumer, claimed: ClaimedRun, lease: _Lease, *, stored_messages: int) -> None:
         self._resumer = resumer
         self._store = resumer.store
         self._claimed = claimed
         self._lease = lease
         self._run_id = claimed.run_id
         self._worker = resumer.worker_id
-        self.count = len(claimed.history)
+        self.count = stored_messages
         """Messages of the run stored so far."""
         self._executing: set[str] = set()  # marked executing, results not yet stored
         self._started: set[str] = set()  # handed to their tools

@@ -23,7 +23,7 @@ Connections come from the SQLAlchemy engine's pool, so there is one pool and one
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -63,6 +63,7 @@ class ClaimedRow:
     deps: Any
     message_count: int
     history: list[ModelRequest | ModelResponse]
+    history_from: int
     decided_calls: dict[str, DecidedCall]
     executing: frozenset[str]
 
@@ -197,6 +198,7 @@ async def pg_claim(
     agent_names: Sequence[str] | None,
     *,
     recover: bool,
+    known: Mapping[str, int] | None = None,
 ) -> ClaimedRow | StaleLease | None:
     """Lease the oldest ready run in one statement (`approvals_claim`), which also returns what it needs to continue.
 
@@ -214,12 +216,14 @@ async def pg_claim(
     }
     if agent_names is not None:
         document["agents"] = list(agent_names)
+    if known:
+        document["known"] = dict(known)
     async with pooled_connection(db) as connection:
         cursor = await connection.execute(_CLAIM, (jsonb(document),))
         row = await cursor.fetchone()
     if row is None:
         return None
-    kind, claimed_id, agent_name, prompt, deps, message_count, history, versions, decided, executing = row
+    kind, claimed_id, agent_name, prompt, deps, message_count, history, versions, history_from, decided, executing = row
     if kind == "stale":
         return StaleLease(claimed_id)
     return ClaimedRow(
@@ -229,6 +233,7 @@ async def pg_claim(
         deps,
         message_count,
         history=load_history_rows(zip(history or (), versions or (), strict=True)),
+        history_from=history_from or 0,
         decided_calls={call["tool_call_id"]: DecidedCall(**call) for call in decided or ()},
         executing=frozenset(executing or ()),
     )

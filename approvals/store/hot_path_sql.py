@@ -1,7 +1,10 @@
 """The versioned SQL of PostgreSQL's hot path: which file, which function names, its statements.
 
-The function bodies live in `sql/hot_path_v{N}.sql`, the one copy; a migration installs
-each version and `_pg` calls the current one's functions by name.
+The function bodies live in `sql/hot_path_v{N}.sql`, the one copy of each version. A
+version's file holds the functions that version changed; each function is called by the
+name of the version that last changed it (`FUNCTION_VERSIONS`). Migrations install each
+version, and older versions' functions stay for workers of a previous release until a
+later migration drops them.
 """
 
 from __future__ import annotations
@@ -9,16 +12,32 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 
-__all__ = ("HOT_PATH_VERSION", "function_name", "hot_path_sha256", "hot_path_statements")
+__all__ = (
+    "FUNCTIONS",
+    "FUNCTION_VERSIONS",
+    "HOT_PATH_VERSION",
+    "function_name",
+    "hot_path_sha256",
+    "hot_path_statements",
+)
 
-HOT_PATH_VERSION = 2
-"""The version this code calls; a database may also hold older ones for workers not yet upgraded."""
-FUNCTIONS = ("event_content", "audit_head", "audit_append", "run_write", "stale_lease", "claim")
+FUNCTION_VERSIONS = {
+    "event_content": 2,
+    "audit_head": 2,
+    "audit_append": 2,
+    "run_write": 2,
+    "stale_lease": 2,
+    "claim": 3,
+}
+"""The version of each function this code calls."""
+FUNCTIONS = tuple(FUNCTION_VERSIONS)
+HOT_PATH_VERSION = max(FUNCTION_VERSIONS.values())
+"""The newest version; its migration must have run before this code starts."""
 
 
-def function_name(function: str, version: int = HOT_PATH_VERSION) -> str:
-    """`approvals_claim_v2` for `claim`: the name a version's function has in the database."""
-    return f"approvals_{function}_v{version}"
+def function_name(function: str, version: int | None = None) -> str:
+    """`approvals_claim_v3` for `claim`: the name a function has in the database (at `version`, or the current)."""
+    return f"approvals_{function}_v{version or FUNCTION_VERSIONS[function]}"
 
 
 def _text(version: int) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -58,7 +58,9 @@ class ClaimedRun:
     message_count: int
     lease_expires_at: dt.datetime
     history: list[ModelMessage] = field(default_factory=list)
-    """The stored messages, read in the claiming transaction."""
+    """The stored messages from `history_from` on, read in the claiming transaction."""
+    history_from: int = 0
+    """Where `history` starts: the messages before it are those the claim was told the worker holds (`known`)."""
     decided_calls: dict[str, DecidedCall] = field(default_factory=dict)
     """Calls people decided whose verdict the run has not yet acted on, by tool call id."""
     executing: frozenset[str] = frozenset()
@@ -125,15 +127,19 @@ class RunLifecycle(StoreBase):
         lease_seconds: float = 60.0,
         run_id: str | None = None,
         agent_names: Sequence[str] | None = None,
+        known: Mapping[str, int] | None = None,
     ) -> ClaimedRun | None:
         """Lease one ready run (or one whose worker's lease expired); None when there is none.
 
         A run left behind by a dead worker has calls stuck in `executing`: idempotent
         tools get to run again, the others become `outcome_unknown` for a person to settle.
+        `known` says how many messages of which runs the worker already holds: the claimed
+        run's history comes from there on (`ClaimedRun.history_from`), as history never changes.
         """
+        known = known or {}
         if self.db.is_postgres:
-            return await self._claim_pipelined(worker_id, lease_seconds, run_id, agent_names)
-        return await self._claim_locked(worker_id, lease_seconds, run_id, agent_names)
+            return await self._claim_pipelined(worker_id, lease_seconds, run_id, agent_names, known)
+        return await self._claim_locked(worker_id, lease_seconds, run_id, agent_names, known)
 
     async def next_lease_end(self, agent_names: Sequence[str] | None = None) -> dt.datetime | None:
         """When the soonest lease on a run being resumed runs out; an idle worker wakes up then.
@@ -149,7 +155,12 @@ class RunLifecycle(StoreBase):
         return ends
 
     async def _claim_pipelined(
-        self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        run_id: str | None,
+        agent_names: Sequence[str] | None,
+        known: Mapping[str, int],
     ) -> ClaimedRun | None:
         """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`.
 
@@ -162,18 +173,24 @@ class RunLifecycle(StoreBase):
             recover = checked - self._stale_leases_checked_at >= STALE_LEASE_CHECK_SECONDS
             if recover:
                 self._stale_leases_checked_at = checked
-            found = await pg_claim(self.db, worker_id, lease_end, run_id, agent_names, recover=recover)
+            found = await pg_claim(self.db, worker_id, lease_end, run_id, agent_names, recover=recover, known=known)
             if found is None:
                 return None
             if isinstance(found, ClaimedRow):
-                return _claimed(found, lease_end, found.history, found.decided_calls, found.executing)
-            recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names)
+                claimed = _claimed(found, lease_end, found.history, found.decided_calls, found.executing)
+                return replace(claimed, history_from=found.history_from)
+            recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names, known)
             if recovered is not None:
                 return recovered
         return None
 
     async def _claim_locked(
-        self, worker_id: str, lease_seconds: float, run_id: str | None, agent_names: Sequence[str] | None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        run_id: str | None,
+        agent_names: Sequence[str] | None,
+        known: Mapping[str, int],
     ) -> ClaimedRun | None:
         """Lock the oldest claimable run and lease it, recovering it first if its worker died."""
         for _ in range(10):  # skip over runs that crash recovery hands back to people
@@ -209,10 +226,13 @@ class RunLifecycle(StoreBase):
                 await tx.announce(RUNS_CHANNEL, run.id)
                 history: list[ModelMessage] = []
                 decided: dict[str, DecidedCall] = {}
+                history_from = known.get(run.id, 0)
+                if history_from > run.message_count:  # the worker holds more than is stored: a restored database
+                    history_from = 0
                 if run.message_count:
                     messages = await tx.session.execute(
                         select(MessageRow.data, MessageRow.format_version)
-                        .where(MessageRow.run_id == run.id)
+                        .where(MessageRow.run_id == run.id, MessageRow.seq >= history_from)
                         .order_by(MessageRow.seq)
                     )
                     history = load_history_rows((data, version) for data, version in messages)
@@ -237,7 +257,8 @@ class RunLifecycle(StoreBase):
                 held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
                 started = await start_executing(tx, held, approved, now) if approved else []
                 executing = frozenset(call.tool_call_id for call in started)
-                return _claimed(run, run.lease_expires_at, history, decided, executing)
+                claimed = _claimed(run, run.lease_expires_at, history, decided, executing)
+                return replace(claimed, history_from=history_from)
         return None
 
     async def _recover_crashed(self, tx: Transaction, run: RunRow) -> bool:

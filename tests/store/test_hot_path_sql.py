@@ -40,14 +40,22 @@ def migration_installing(version: int) -> object:
     raise AssertionError(f"no migration installs hot_path_v{version}.sql")
 
 
-def test_the_released_file_is_the_one_its_migration_recorded() -> None:
+VERSIONS = range(2, HOT_PATH_VERSION + 1)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_released_file_is_the_one_its_migration_recorded(version: int) -> None:
     """Edit a released version and this fails: a change belongs in a new file with new names."""
-    migration = migration_installing(HOT_PATH_VERSION)
-    assert hot_path_sha256(HOT_PATH_VERSION) == migration.SHA256  # type: ignore[attr-defined]
+    migration = migration_installing(version)
+    assert hot_path_sha256(version) == migration.SHA256  # type: ignore[attr-defined]
 
 
-def test_the_file_names_only_statuses_the_store_knows_and_its_audit_lock() -> None:
-    text = "\n".join(hot_path_statements())
+def defined(version: int) -> list[str]:
+    return [re.search(r"CREATE FUNCTION (\w+)\(", s).group(1) for s in hot_path_statements(version)]  # type: ignore[union-attr]
+
+
+def test_the_files_name_only_statuses_the_store_knows_and_its_audit_lock() -> None:
+    text = "\n".join(statement for version in VERSIONS for statement in hot_path_statements(version))
     known = {*RunStatus, *CallStatus}
     named = set(re.findall(r"status\s*(?:=|<>)\s*'([a-z_]+)'", text))
     for listed in re.findall(r"status\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", text):
@@ -57,17 +65,21 @@ def test_the_file_names_only_statuses_the_store_knows_and_its_audit_lock() -> No
     assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", text) == [str(AUDIT_LOCK_KEY)]
 
 
-def test_each_function_is_defined_once_under_its_versioned_name() -> None:
-    names = [re.search(r"CREATE FUNCTION (\w+)\(", s).group(1) for s in hot_path_statements()]  # type: ignore[union-attr]
-    assert sorted(names) == sorted(function_name(f) for f in FUNCTIONS)
-    calls = set(re.findall(r"\b(approvals_\w+)\(", "\n".join(hot_path_statements())))
-    assert calls <= set(names), f"calls outside this version: {calls - set(names)}"
+def test_each_function_this_code_calls_is_defined_once_in_its_version() -> None:
+    every = [name for version in VERSIONS for name in defined(version)]
+    assert len(every) == len(set(every)), "a name is defined twice"
+    current = {function_name(f) for f in FUNCTIONS}
+    assert current <= set(every)
+    for version in VERSIONS:  # a version calls only functions that exist by then
+        calls = set(re.findall(r"\b(approvals_\w+_v\d+)\(", "\n".join(hot_path_statements(version))))
+        known = {name for older in range(2, version + 1) for name in defined(older)}
+        assert calls <= known, f"version {version} calls {calls - known}"
 
 
 def function_definitions(url: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT proname, pg_get_functiondef(oid) FROM pg_proc WHERE proname LIKE %s", (f"%\\_v{HOT_PATH_VERSION}",)
+            "SELECT proname, pg_get_functiondef(oid) FROM pg_proc WHERE proname ~ %s", (r"^approvals_\w+_v\d+$",)
         ).fetchall()
     return dict(rows)
 
@@ -77,10 +89,11 @@ def test_migrations_install_exactly_the_file(tmp_path: Path) -> None:
     """A database built by the migrations holds the same function definitions as the file applied by itself."""
     with empty_database("postgresql", tmp_path) as migrated, empty_database("postgresql", tmp_path) as from_file:
         upgrade(migrated)
-        upgrade(from_file, "0010")  # the tables, and no version-2 function yet
+        upgrade(from_file, "0010")  # the tables, and no versioned function yet
         with psycopg.connect(from_file, autocommit=True) as conn:
-            for statement in hot_path_statements():
-                conn.execute(statement.encode())
+            for version in VERSIONS:
+                for statement in hot_path_statements(version):
+                    conn.execute(statement.encode())
         expected = function_definitions(from_file)
-        assert set(expected) == {function_name(f) for f in FUNCTIONS}
+        assert set(expected) == {name for version in VERSIONS for name in defined(version)}
         assert function_definitions(migrated) == expected

@@ -123,7 +123,7 @@ HOT_PATH_FUNCTIONS = {
     "approvals_stale_lease",
 }
 """The unversioned functions of migrations 0004 and 0005, kept for workers of the previous release."""
-HOT_PATH_FUNCTIONS |= {function_name(f) for f in FUNCTIONS}
+HOT_PATH_FUNCTIONS |= {function_name(f, 2) for f in FUNCTIONS} | {function_name(f) for f in FUNCTIONS}
 
 
 def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:

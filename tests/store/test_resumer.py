@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 
-from approvals import LeaseLost
+from approvals import Agent, LeaseLost, Tool
 from approvals.deferred import DeferredToolRequests
-from approvals.messages import ModelRequest, UserPromptPart
+from approvals.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from approvals.models import FunctionModel
+from approvals.models.function import AgentInfo
 from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
 
@@ -280,3 +282,41 @@ async def test_deps_are_stored_as_data_and_built_by_the_agents_factory(store: St
     assert built == [{"mailbox": "support"}, {"mailbox": "support"}]  # rebuilt from data at every resume
     assert tool_log(tmp_path) == ["email ann@example.com"]
     assert (await store.get_run(run_id)).deps == {"mailbox": "support"}
+
+
+async def test_a_worker_resumes_from_the_history_it_holds_and_reads_what_others_added(store: Store) -> None:
+    """Worker A pauses a run, B continues it, then A again: A's held prefix plus what B stored is the history."""
+    seen: list[int] = []
+
+    def ask_twice(messages: Sequence[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(len(messages))
+        asked = sum(1 for m in messages if isinstance(m, ModelResponse) and m.tool_calls)
+        if asked == 2:
+            return ModelResponse(parts=[TextPart(content="done")])
+        return ModelResponse(parts=[ToolCallPart(tool_name="act", args={"n": asked}, tool_call_id=f"act-{asked}")])
+
+    def act(n: int) -> int:
+        """Act."""
+        return n
+
+    agent: Agent[None] = Agent(FunctionModel(ask_twice), name="twice", tools=[Tool(act, requires_approval=True)])
+    a = Resumer(store, AgentRegistry([agent]), worker_id="a")
+    b = Resumer(store, AgentRegistry([agent]), worker_id="b")
+    run_id = await store.start_run("twice", "go", actor=SERVICE)
+
+    async def approve() -> None:
+        [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
+        await store.decide(call.id, Approve(), actor=ALICE)
+
+    await a.resume(run_id)
+    assert a.histories.known() == {run_id: 2}
+    await approve()
+    await b.resume(run_id)
+    await approve()
+    await a.resume(run_id)  # holds 2 messages; the claim sends the rest
+    run = await store.get_run(run_id)
+    assert run.status == "completed", run.error
+    stored = await store.load_history(run_id)
+    assert seen == [1, 3, 5]  # the model saw the whole history every time
+    assert [m.kind for m in stored] == ["request", "response"] * 3
+    assert run.message_count == len(stored) and a.histories.known() == {}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from approvals import Conflict
 from approvals._canonical import canonical_json
+from approvals.messages import ModelResponse, TextPart
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Approve, Deny, Store
 from approvals.store.audit import AuditEvent, event_content
@@ -187,3 +188,19 @@ async def test_claims_look_for_dead_workers_runs_at_most_once_a_second_while_run
     third = await store.claim("w1")  # nothing ready: it looks again
     assert [c.run_id if c else None for c in (first, second, third)] == [stale[0], ready, stale[1]]
     assert await store.claim("w1") is None
+
+
+async def test_a_claim_sends_only_the_messages_a_worker_lacks(store: Store) -> None:
+    run_id = await store.start_run("shop", "go", actor=Actor("svc", "reviewer"))
+    await store.claim("w1", run_id=run_id, lease_seconds=60)
+    history = [ModelResponse(parts=[TextPart(content=f"m{i}")]) for i in range(5)]
+    await store.append_step(run_id, "w1", history, lease_seconds=60)
+    await store.release(run_id, "w1")
+
+    claimed = await store.claim("w2", run_id=run_id, lease_seconds=60, known={run_id: 3, "other": 99})
+    assert claimed is not None and claimed.history_from == 3
+    assert [m.parts[0].content for m in claimed.history] == ["m3", "m4"]  # type: ignore[union-attr]
+    await store.release(run_id, "w2")
+
+    restored = await store.claim("w3", run_id=run_id, lease_seconds=60, known={run_id: 50})  # more than is stored
+    assert restored is not None and restored.history_from == 0 and len(restored.history) == 5

@@ -47,10 +47,14 @@ def act(n: int) -> int:
 
 def two_approvals(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """Ask for `act` until it ran twice in this run's last turns, then answer."""
-    ran = sum(1 for m in messages[-6:] if isinstance(m, ModelRequest) and any(p.part_kind == "tool-return" for p in m.parts))
+    ran = sum(
+        1 for m in messages[-6:] if isinstance(m, ModelRequest) and any(p.part_kind == "tool-return" for p in m.parts)
+    )
     if ran >= 2:
         return ModelResponse(parts=[TextPart(content="done")])
-    return ModelResponse(parts=[ToolCallPart(tool_name="act", args={"n": len(messages)}, tool_call_id=f"act-{len(messages)}")])
+    return ModelResponse(
+        parts=[ToolCallPart(tool_name="act", args={"n": len(messages)}, tool_call_id=f"act-{len(messages)}")]
+    )
 
 
 agent: Agent[None] = Agent(FunctionModel(two_approvals), name="resume-bench", tools=[Tool(act, requires_approval=True)])
@@ -113,9 +117,13 @@ async def bench(url: str, label: str) -> None:
         await approve_pending(store, runs)
         warm = await resume_all(worker, store, runs)  # the same worker again: the run completes
         results[history] = (statistics.median(cold), statistics.median(warm))
-        print(f"[{label}] {history:5d} prior messages: resume cold {results[history][0]:6.2f} ms   warm {results[history][1]:6.2f} ms")
+        print(
+            f"[{label}] {history:5d} prior messages: resume cold {results[history][0]:6.2f} ms   warm {results[history][1]:6.2f} ms"
+        )
     low, high = results[HISTORIES[0]], results[HISTORIES[-1]]
-    print(f"[{label}] {HISTORIES[-1]} vs {HISTORIES[0]} messages: cold {high[0] / low[0]:.2f}x   warm {high[1] / low[1]:.2f}x")
+    print(
+        f"[{label}] {HISTORIES[-1]} vs {HISTORIES[0]} messages: cold {high[0] / low[0]:.2f}x   warm {high[1] / low[1]:.2f}x"
+    )
     await database.dispose()
 
 

@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -45,7 +46,7 @@ def act(n: int) -> int:
     return n
 
 
-def two_approvals(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+def two_approvals(messages: Sequence[ModelMessage], info: AgentInfo) -> ModelResponse:
     """Ask for `act` until it ran twice in this run's last turns, then answer."""
     ran = sum(
         1 for m in messages[-6:] if isinstance(m, ModelRequest) and any(p.part_kind == "tool-return" for p in m.parts)

@@ -10,10 +10,12 @@ later migration drops them.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 
 __all__ = (
     "FUNCTIONS",
+    "install",
     "FUNCTION_VERSIONS",
     "HOT_PATH_VERSION",
     "function_name",
@@ -53,3 +55,11 @@ def hot_path_statements(version: int = HOT_PATH_VERSION) -> list[str]:
     """The file's `CREATE FUNCTION` statements, one each (they are separated by lines holding only `;`)."""
     chunks = _text(version).split("\n;\n")
     return [chunk.strip() for chunk in chunks if "CREATE FUNCTION" in chunk]
+
+
+def install(execute: Callable[[str], object], version: int, sha256: str) -> None:
+    """A migration's upgrade: create version `version`'s functions, refusing a file edited since its release."""
+    if hot_path_sha256(version) != sha256:
+        raise RuntimeError(f"hot_path_v{version}.sql differs from the released file: put changes in a new version")
+    for statement in hot_path_statements(version):
+        execute(statement)

@@ -43,6 +43,17 @@ STALE_LEASE_CHECK_SECONDS = 1.0
 """How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """What a worker asks of a claim (`RunLifecycle.claim`'s arguments)."""
+
+    worker_id: str
+    lease_seconds: float
+    run_id: str | None
+    agent_names: Sequence[str] | None
+    known: Mapping[str, int]
+
+
 def _lease_end(seconds: float) -> dt.datetime:
     return utcnow() + dt.timedelta(seconds=seconds)
 
@@ -136,10 +147,10 @@ class RunLifecycle(StoreBase):
         `known` says how many messages of which runs the worker already holds: the claimed
         run's history comes from there on (`ClaimedRun.history_from`), as history never changes.
         """
-        known = known or {}
+        ask = _Claim(worker_id, lease_seconds, run_id, agent_names, known or {})
         if self.db.is_postgres:
-            return await self._claim_pipelined(worker_id, lease_seconds, run_id, agent_names, known)
-        return await self._claim_locked(worker_id, lease_seconds, run_id, agent_names, known)
+            return await self._claim_pipelined(ask)
+        return await self._claim_locked(ask)
 
     async def next_lease_end(self, agent_names: Sequence[str] | None = None) -> dt.datetime | None:
         """When the soonest lease on a run being resumed runs out; an idle worker wakes up then.
@@ -154,44 +165,32 @@ class RunLifecycle(StoreBase):
             ends: dt.datetime | None = await session.scalar(query)
         return ends
 
-    async def _claim_pipelined(
-        self,
-        worker_id: str,
-        lease_seconds: float,
-        run_id: str | None,
-        agent_names: Sequence[str] | None,
-        known: Mapping[str, int],
-    ) -> ClaimedRun | None:
+    async def _claim_pipelined(self, ask: _Claim) -> ClaimedRun | None:
         """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`.
 
         Runs whose worker's lease expired are looked for first at most once a
         `STALE_LEASE_CHECK_SECONDS`, and whenever no run is ready: the look scans every lease.
         """
         for _ in range(10):
-            lease_end = _lease_end(lease_seconds)
+            lease_end = _lease_end(ask.lease_seconds)
             checked = time.monotonic()
             recover = checked - self._stale_leases_checked_at >= STALE_LEASE_CHECK_SECONDS
             if recover:
                 self._stale_leases_checked_at = checked
-            found = await pg_claim(self.db, worker_id, lease_end, run_id, agent_names, recover=recover, known=known)
+            found = await pg_claim(
+                self.db, ask.worker_id, lease_end, ask.run_id, ask.agent_names, recover=recover, known=ask.known
+            )
             if found is None:
                 return None
             if isinstance(found, ClaimedRow):
                 claimed = _claimed(found, lease_end, found.history, found.decided_calls, found.executing)
                 return replace(claimed, history_from=found.history_from)
-            recovered = await self._claim_locked(worker_id, lease_seconds, found.id, agent_names, known)
+            recovered = await self._claim_locked(replace(ask, run_id=found.id))
             if recovered is not None:
                 return recovered
         return None
 
-    async def _claim_locked(
-        self,
-        worker_id: str,
-        lease_seconds: float,
-        run_id: str | None,
-        agent_names: Sequence[str] | None,
-        known: Mapping[str, int],
-    ) -> ClaimedRun | None:
+    async def _claim_locked(self, ask: _Claim) -> ClaimedRun | None:
         """Lock the oldest claimable run and lease it, recovering it first if its worker died."""
         for _ in range(10):  # skip over runs that crash recovery hands back to people
             async with self.transaction() as tx:
@@ -207,10 +206,10 @@ class RunLifecycle(StoreBase):
                     .order_by(RunRow.updated_at)
                     .limit(1)
                 )
-                if run_id is not None:
-                    query = query.where(RunRow.id == run_id)
-                if agent_names is not None:
-                    query = query.where(RunRow.agent_name.in_(agent_names))
+                if ask.run_id is not None:
+                    query = query.where(RunRow.id == ask.run_id)
+                if ask.agent_names is not None:
+                    query = query.where(RunRow.agent_name.in_(ask.agent_names))
                 if self.db.is_postgres:
                     query = query.with_for_update(skip_locked=True)
                 run = await tx.session.scalar(query)
@@ -219,14 +218,14 @@ class RunLifecycle(StoreBase):
                 if run.status == RunStatus.RESUMING and await self._recover_crashed(tx, run):
                     continue
                 run.status = RunStatus.RESUMING
-                run.lease_owner = worker_id
-                run.lease_expires_at = now + dt.timedelta(seconds=lease_seconds)
+                run.lease_owner = ask.worker_id
+                run.lease_expires_at = now + dt.timedelta(seconds=ask.lease_seconds)
                 run.updated_at = now
-                await tx.record(run_event(worker_id, "run.resumed", run.id, run.agent_name))
+                await tx.record(run_event(ask.worker_id, "run.resumed", run.id, run.agent_name))
                 await tx.announce(RUNS_CHANNEL, run.id)
                 history: list[ModelMessage] = []
                 decided: dict[str, DecidedCall] = {}
-                history_from = known.get(run.id, 0)
+                history_from = ask.known.get(run.id, 0)
                 if history_from > run.message_count:  # the worker holds more than is stored: a restored database
                     history_from = 0
                 if run.message_count:
@@ -254,7 +253,9 @@ class RunLifecycle(StoreBase):
                         for call in calls
                     }
                 approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
-                held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
+                held = HeldRun(
+                    id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=ask.worker_id
+                )
                 started = await start_executing(tx, held, approved, now) if approved else []
                 executing = frozenset(call.tool_call_id for call in started)
                 claimed = _claimed(run, run.lease_expires_at, history, decided, executing)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from approvals.store.hot_path_sql import FUNCTIONS, function_name, hot_path_sha256, hot_path_statements
+from approvals.store.hot_path_sql import FUNCTIONS, function_name, install
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -29,12 +29,8 @@ SHA256 = "e2dd27ca667c91e2f76389c307d331984f7411009d46c06a8dfab80ca9d9ff0a"
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    if hot_path_sha256(VERSION) != SHA256:
-        raise RuntimeError(f"hot_path_v{VERSION}.sql differs from the released file: put changes in a new version")
-    for statement in hot_path_statements(VERSION):
-        op.execute(statement)
+    if op.get_bind().dialect.name == "postgresql":
+        install(op.execute, VERSION, SHA256)
 
 
 def downgrade() -> None:

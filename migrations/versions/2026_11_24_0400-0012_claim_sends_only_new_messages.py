@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from approvals.store.hot_path_sql import function_name, hot_path_sha256, hot_path_statements
+from approvals.store.hot_path_sql import function_name, install
 
 revision: str = "0012"
 down_revision: str | None = "0011"
@@ -27,12 +27,8 @@ SHA256 = "42ac3ffe834aa9255ce85ea717b8eed1776b4d778d97d228fa1eb9e392f1cc5d"
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    if hot_path_sha256(VERSION) != SHA256:
-        raise RuntimeError(f"hot_path_v{VERSION}.sql differs from the released file: put changes in a new version")
-    for statement in hot_path_statements(VERSION):
-        op.execute(statement)
+    if op.get_bind().dialect.name == "postgresql":
+        install(op.execute, VERSION, SHA256)
 
 
 def downgrade() -> None:

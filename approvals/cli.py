@@ -480,7 +480,7 @@ def _safe_url(url: str) -> str:
 
 
 def main() -> None:
-    """Entry point of the `approvals` console script."""
+    """Run the command (the `approvals` console script comes here through `approvals.__main__`)."""
     try:
         app()
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ def _script_location() -> Path:
     for candidate in (_PACKAGE.parent / "migrations", _PACKAGE / "_migrations"):
         if (candidate / "env.py").is_file():
             return candidate
-    raise UserError("The migration scripts are missing: reinstall approvals")
+    raise UserError("The migration scripts are missing: reinstall agent-approvals")
 
 
 def alembic_config(url: str) -> Config:

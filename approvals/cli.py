@@ -62,7 +62,7 @@ Role = Annotated[str, typer.Option("--role", help="viewer, reviewer or admin")]
 
 def settings_for(config: Path | None, database_url: str | None = None, agents: list[str] | None = None) -> Any:
     """The web app's settings, with command-line values taking precedence."""
-    from web.settings import Settings  # the CLI is the one place the core meets the web layer
+    from approvals_web.settings import Settings  # the CLI is the one place the core meets the web layer
 
     overrides: dict[str, Any] = {}
     if database_url:
@@ -155,7 +155,7 @@ def serve(
     """Start the web app (and, by default, an in-process resumer)."""
     import uvicorn
 
-    from web.app import create_app
+    from approvals_web.app import create_app
 
     settings = settings_for(config, database_url, agent)
     if worker is not None:
@@ -480,7 +480,7 @@ def _safe_url(url: str) -> str:
 
 
 def main() -> None:
-    """Entry point of the `approvals` console script."""
+    """Run the command (the `approvals` console script comes here through `approvals.__main__`)."""
     try:
         app()
     except KeyboardInterrupt:

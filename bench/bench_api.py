@@ -30,8 +30,8 @@ from approvals.models import TestModel
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import SYSTEM, Actor, Approve, Store
 from approvals.store.migrate import upgrade
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 SERVICE = Actor("svc", "reviewer")
 SEQUENTIAL = 300

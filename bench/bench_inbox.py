@@ -39,8 +39,8 @@ from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Store
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow, ToolCallRow, ToolDefinitionRow
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 PG_SERVER = os.environ.get("APPROVALS_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SIZES = [int(n) for n in os.environ.get("APPROVALS_BENCH_SIZES", "1000,100000").split(",")]

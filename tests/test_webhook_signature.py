@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from approvals.webhook_signature import InvalidWebhook, sign_webhook, verify_webhook
-from web.settings import Settings
+from approvals_web.settings import Settings
 
 BODY = b'{"event":"call.pending","id":7}'
 NOW = 1_800_000_000.0

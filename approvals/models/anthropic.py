@@ -51,9 +51,7 @@ try:
         ToolParam,
     )
 except ImportError as _exc:  # pragma: no cover - exercised by a test that hides the SDK
-    raise UserError(
-        "AnthropicModel needs the Anthropic SDK: install approvals[anthropic] (pip install 'approvals[anthropic]')"
-    ) from _exc
+    raise UserError("AnthropicModel needs the Anthropic SDK: pip install 'agent-approvals[anthropic]'") from _exc
 
 __all__ = ("DEFAULT_MAX_TOKENS", "AnthropicModel")
 

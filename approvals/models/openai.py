@@ -48,9 +48,7 @@ try:
         ChatCompletionToolUnionParam,
     )
 except ImportError as _exc:  # pragma: no cover - exercised by a test that hides the SDK
-    raise UserError(
-        "OpenAIChatModel needs the OpenAI SDK: install approvals[openai] (pip install 'approvals[openai]')"
-    ) from _exc
+    raise UserError("OpenAIChatModel needs the OpenAI SDK: pip install 'agent-approvals[openai]'") from _exc
 
 __all__ = ("OpenAIChatModel",)
 

@@ -23,10 +23,11 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def _script_location() -> Path:
-    for candidate in (_PACKAGE.parent / "migrations", _PACKAGE / "_migrations"):
+    # An installed wheel's own copy first: next to an installed package, `migrations/` could be anyone's.
+    for candidate in (_PACKAGE / "_migrations", _PACKAGE.parent / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate
-    raise UserError("The migration scripts are missing: reinstall approvals")
+    raise UserError("The migration scripts are missing: reinstall agent-approvals")
 
 
 def alembic_config(url: str) -> Config:

@@ -28,8 +28,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from approvals.resumer import AgentRegistry
 from approvals.service import ApprovalService
 from approvals.store import SYSTEM, Actor, Store
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 from ..store.agents import email_agent
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 
 from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Store
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 from ..store.agents import email_agent, shop_agent
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests

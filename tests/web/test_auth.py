@@ -14,8 +14,8 @@ from fastapi import FastAPI
 
 from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Actor
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 from ..store.agents import email_agent, shop_agent
 from .conftest import CSRF_FIELD, PASSWORDS, WebApp

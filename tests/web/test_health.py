@@ -9,8 +9,8 @@ import pytest
 from approvals.store import SYSTEM
 from approvals.store.migrate import upgrade
 from approvals.supervise import Supervisor
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 from ..pg_cluster import own_cluster
 from .conftest import WebApp

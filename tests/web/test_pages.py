@@ -1,6 +1,7 @@
 """The reviewer's pages through the ASGI app, on SQLite and PostgreSQL: every page, form, role and error path.
 
-Also the pure helpers behind them (`web.forms`, `web.views`): schema -> form fields and back, summaries.
+Also the pure helpers behind them (`approvals_web.forms`, `approvals_web.views`): schema -> form fields and
+back, summaries.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPa
 from approvals.models import TestModel
 from approvals.store import Actor, Approve, Deny
 from approvals.store.models import ToolCallRow
-from web import forms, pages, views
+from approvals_web import forms, pages, views
 
 from ..store.conftest import execute
 from .conftest import WebApp
@@ -802,7 +803,7 @@ async def test_the_page_hub_fans_out_one_listener_to_many_streams(web: WebApp, t
                     seen.append(await stream.receive())
 
 
-# --- web.forms and web.views, the pure helpers ---------------------------------------------
+# --- approvals_web.forms and approvals_web.views, the pure helpers -------------------------
 
 
 def test_form_strings_become_json_values_typed_by_the_schema() -> None:

@@ -23,8 +23,8 @@ from schemathesis.config import SchemathesisConfig
 from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM
 from approvals.store.migrate import upgrade
-from web.app import create_app
-from web.settings import Settings
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
 
 from ..processes import free_port
 from ..store.agents import email_agent, shop_agent

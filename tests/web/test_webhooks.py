@@ -31,9 +31,9 @@ from approvals.store import SYSTEM, Actor, Approve, Database, Deny, Store
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 from approvals.webhook_signature import verify_webhook
-from web.app import create_app
-from web.settings import Settings
-from web.webhooks import deliver_webhooks, endpoint_key
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
+from approvals_web.webhooks import deliver_webhooks, endpoint_key
 
 from ..processes import free_port, wait_until_answering
 from ..processes import stop as stop_process

@@ -14,7 +14,7 @@ from .settings import Settings
 
 @dataclass
 class AppContext:
-    """Built once at startup by the lifespan; routes reach it through `web.deps`."""
+    """Built once at startup by the lifespan; routes reach it through `approvals_web.auth.app_context`."""
 
     settings: Settings
     db: Database

@@ -1,7 +1,7 @@
 """The API's documentation page: Swagger UI served from our own static files, never from a CDN.
 
 A page that loads a script from another site runs whatever that site serves; vendored
-(web/static/swagger-ui-5.35.0, from the npm package swagger-ui-dist) it is the code we
+(web/approvals_web/static/swagger-ui-5.35.0, from the npm package swagger-ui-dist) it is the code we
 shipped. Swagger UI sets inline styles, so this one page allows them in its CSP.
 """
 

@@ -1,7 +1,7 @@
 """What lists and pages show about calls and runs, worked out in Python so templates only display it.
 
 Badges, verdicts in words, one-line summaries and who has approved so far. The schema-driven
-edit form lives in `web.forms` and the run's conversation in `web.timeline`. Nothing here
+edit form lives in `approvals_web.forms` and the run's conversation in `approvals_web.timeline`. Nothing here
 touches the database or the request.
 """
 

@@ -1,8 +1,8 @@
 """The JSON API under /api: runs, calls, decisions, resumes and the audit log.
 
-Handlers parse, call the service or the store, and render a schema from `web.schemas`;
-every error is an RFC 9457 problem (see `web.problems`). The actor comes from
-authentication only (`web.auth`): state-changing requests without one are 401 before the
+Handlers parse, call the service or the store, and render a schema from `approvals_web.schemas`;
+every error is an RFC 9457 problem (see `approvals_web.problems`). The actor comes from
+authentication only (`approvals_web.auth`): state-changing requests without one are 401 before the
 CSRF check, which then applies to cookie sessions (bearer tokens are exempt).
 """
 

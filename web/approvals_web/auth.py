@@ -73,7 +73,7 @@ async def current_actor(request: Request) -> Actor | None:
                 request.session.pop(SESSION_ID)  # logged out, revoked, expired or the user disabled
         request.session.pop(SESSION_USER, None)
         if user is not None and not user.disabled:
-            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))  # type: ignore[arg-type]
+            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))
     request.state.actor = actor
     return actor
 

@@ -73,7 +73,8 @@ test: install browser llm-server lint ## Lint, then run the whole test suite (SQ
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).
 	CHAOS_TRIALS=$${CHAOS_TRIALS:-300} $(RUN) pytest -p no:cacheprovider tests/chaos
 
-bench: install llm-server ## Run the benchmarks in bench/ and print their numbers.
+bench: install llm-server ## Run the benchmarks in bench/ and print their numbers (installs the peers they compare with).
+	$(UV) sync --locked --all-extras --group bench
 	@for f in bench/bench_*.py; do echo "== $$f"; $(RUN) python $$f || exit 1; done
 
 run: install ## Start the app with the demo agent on SQLite (http://127.0.0.1:8000; HOST=, PORT= to change).

@@ -537,5 +537,5 @@ def test_missing_sdk_raises_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "anthropic", None)  # makes `import anthropic` fail
     monkeypatch.delitem(sys.modules, "approvals.models.anthropic")
 
-    with pytest.raises(UserError, match=r"install approvals\[anthropic\]"):
+    with pytest.raises(UserError, match=r"install 'agent-approvals\[anthropic\]'"):
         importlib.import_module("approvals.models.anthropic")

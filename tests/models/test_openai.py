@@ -582,5 +582,5 @@ def test_missing_sdk_raises_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
     monkeypatch.delitem(sys.modules, "approvals.models.openai")
 
-    with pytest.raises(UserError, match=r"install approvals\[openai\]"):
+    with pytest.raises(UserError, match=r"install 'agent-approvals\[openai\]'"):
         importlib.import_module("approvals.models.openai")

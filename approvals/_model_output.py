@@ -28,8 +28,14 @@ _PRINTABLE_ID = re.compile(r"^[\x21-\x7e]+$")
 
 
 def tool_call_ids(messages: list[ModelRequest | ModelResponse]) -> set[str]:
-    """Every tool call id already used in a history."""
-    return {call.tool_call_id for m in messages if isinstance(m, ModelResponse) for call in m.tool_calls}
+    """Every tool call id already used in a history (one pass over the parts: it runs on every resume)."""
+    return {
+        part.tool_call_id
+        for message in messages
+        if message.kind == "response"
+        for part in message.parts
+        if part.part_kind == "tool-call"
+    }
 
 
 def storable_response(response: ModelResponse, used_ids: set[str]) -> ModelResponse:

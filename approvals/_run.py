@@ -45,7 +45,7 @@ from .messages import (
 from .models import Model, ModelRequestParameters, ModelSettings
 from .models.settings import forced_tool_choice
 from .tools import Tool
-from .usage import UsageLimits
+from .usage import UsageLimits, add_response
 
 __all__ = ("AgentRun",)
 
@@ -167,9 +167,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
         response = await self.model.request(self.messages, self._step_settings(), params)
         response = storable_response(response, self._used_ids)
         response.run_id = self.ctx.run_id
-        self.usage.incr(response.usage)
-        if not response.usage.requests:
-            self.usage.requests += 1
+        add_response(self.usage, response)
         self.limits.check_tokens(self.usage)
         self.messages.append(response)
         return response

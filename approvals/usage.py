@@ -44,6 +44,13 @@ class UsageLimits:
             )
 
 
+def add_response(usage: Usage, response: ModelResponse) -> None:
+    """Count one model response: its reported usage, and one request when the model reports none."""
+    usage.incr(response.usage)
+    if not response.usage.requests:
+        usage.requests += 1
+
+
 def usage_of_run(messages: Sequence[ModelRequest | ModelResponse], run_id: str) -> Usage:
     """Usage so far of this run, read from its history, so a resumed run keeps counting toward its limits."""
     usage = Usage()
@@ -51,7 +58,7 @@ def usage_of_run(messages: Sequence[ModelRequest | ModelResponse], run_id: str) 
         if message.run_id != run_id:
             continue
         if isinstance(message, ModelResponse):
-            usage.incr(message.usage)
+            add_response(usage, message)
         else:
             usage.tool_calls += sum(1 for p in message.parts if isinstance(p, ToolReturnPart) and p.source == "tool")
     return usage

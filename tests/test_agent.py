@@ -26,6 +26,7 @@ from approvals import (
 )
 from approvals._persistence import NoPersistence
 from approvals.messages import (
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     RetryPromptPart,
@@ -629,3 +630,33 @@ async def test_an_infinite_number_in_a_structured_output_is_retried() -> None:
     retry = result.all_messages()[2].parts[0]
     assert isinstance(retry, RetryPromptPart)
     assert "price: Input should be a finite number" in retry.content
+
+
+async def test_requests_a_model_does_not_report_still_count_after_a_pause() -> None:
+    """A model that reports no usage: each of its answers is one request, live and read back from history alike."""
+    steps: list[int] = []
+
+    def ask(messages: Sequence[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(m, ModelRequest) and any(p.part_kind == "tool-return" for p in m.parts) for m in messages):
+            return ModelResponse(parts=[TextPart(content="done")])
+        return ModelResponse(parts=[ToolCallPart(tool_name="approve_me", args={}, tool_call_id="c1")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(ask))
+
+    @agent.tool(requires_approval=True)
+    def approve_me(ctx: RunContext[None]) -> str:
+        """Needs a person."""
+        steps.append(ctx.run_step)
+        return "ok"
+
+    paused = await agent.run("go")
+    assert isinstance(paused.output, DeferredToolRequests)
+    approved = DeferredToolResults(approvals={"c1": ToolApproved()})
+    history = paused.all_messages()
+    with pytest.raises(UsageLimitExceeded, match="request limit of 1"):  # the first request used it up
+        await agent.run(
+            message_history=history, deferred_tool_results=approved, usage_limits=UsageLimits(request_limit=1)
+        )
+    finished = await agent.run(message_history=history, deferred_tool_results=approved)
+    assert finished.output == "done"
+    assert steps == [1, 1]  # each resume ran the approved call at the step of the request that asked, not 0

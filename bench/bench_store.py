@@ -318,12 +318,14 @@ THROUGHPUT_SHAPES = ((4, 1), (2, 2), (1, 4))
 """4 workers as (processes, runs each continues at once): one per process, two per process, all in one."""
 
 
-def bench_throughput(url: str, processes: int, concurrency: int, runs: int = 2000) -> None:
+def bench_throughput(url: str, processes: int, concurrency: int, runs: int = 2000, *, resumes: bool = True) -> None:
     ids = anyio.run(prepare_paused_runs, url, runs)
     chunks = [ids[i::processes] for i in range(processes)]
     shape = f"{processes} process{'es' if processes > 1 else ''} x {concurrency}"
     seconds = parallel(_decide_worker, [(url, chunk, f"reviewer{i}", concurrency) for i, chunk in enumerate(chunks)])
-    print(f"[postgresql] {shape}: {len(ids)} decisions {len(ids) / seconds:6.0f} /s", end="")
+    print(f"[postgresql] {shape}: {len(ids)} decisions {len(ids) / seconds:6.0f} /s", end="" if resumes else "\n")
+    if not resumes:
+        return
     seconds = resume_all(url, processes, concurrency)
     print(f"   {len(ids)} resumes {len(ids) / seconds:6.0f} /s (no-op model)")
 
@@ -342,10 +344,7 @@ def main() -> None:
     if only_decisions:
         decisions_url = create_pg_database()
         try:
-            ids = anyio.run(prepare_paused_runs, decisions_url, 2000)
-            chunks = [ids[i::4] for i in range(4)]
-            seconds = parallel(_decide_worker, [(decisions_url, chunk, f"r{i}", 1) for i, chunk in enumerate(chunks)])
-            print(f"[postgresql] 4 processes x 1: {len(ids)} decisions {len(ids) / seconds:6.0f} /s")
+            bench_throughput(decisions_url, 4, 1, resumes=False)
         finally:
             drop_pg_database(decisions_url)
         return

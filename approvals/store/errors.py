@@ -12,11 +12,9 @@ from __future__ import annotations
 import sqlite3
 
 import psycopg
-from sqlalchemy import Index
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.exc import IntegrityError
 
-__all__ = ("describe", "is_transient", "violates_unique_index")
+__all__ = ("describe", "is_transient")
 
 _PG_TRANSIENT_CLASSES = ("08", "53", "57P", "58")
 """Connection exceptions, insufficient resources (disk full, out of memory, too many
@@ -65,12 +63,3 @@ def describe(error: BaseException) -> str:
     line = f"{type(inner).__name__}: {text[0] if text else 'no message'}"
     detail = inner.diag.message_detail if isinstance(inner, psycopg.Error) else None
     return f"{line} ({detail})" if detail else line
-
-
-def violates_unique_index(error: IntegrityError, index: Index) -> bool:
-    """Whether `error` is a duplicate key in `index`: PostgreSQL names the index, SQLite its columns."""
-    if index.name is None or index.table is None:
-        return False
-    message = str(error.orig)
-    columns = ", ".join(f"{index.table.name}.{column.name}" for column in index.columns)
-    return index.name in message or message.endswith(columns)

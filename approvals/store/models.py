@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import StrEnum
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -22,7 +22,6 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
-    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -268,12 +267,8 @@ class DecisionRow(Base):
     )
 
 
-STANDING = and_(DecisionRow.verdict.in_(APPROVAL_VERDICTS), DecisionRow.consumed_at.is_(None))
-STANDING_APPROVAL_INDEX = next(
-    i for i in cast(Table, DecisionRow.__table__).indexes if i.name == "uq_decisions_standing_approval"
-)
-"""One standing approval per reviewer and arguments: a quorum takes different people."""
-"""`STANDING_APPROVAL` as an expression for queries: the same two conditions."""
+STANDING = DecisionRow.is_standing
+"""`DecisionRow.is_standing` for queries; `STANDING_APPROVAL` is the same two conditions as DDL text."""
 
 
 class AuditEventRow(Base):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..exceptions import NotFound
@@ -17,11 +18,13 @@ from ._writes import (
     SYSTEM_ACTOR_ID,
     RunWrite,
 )
-from .audit import append_events
+from .audit import append_events, write_chained
 from .db import Database
 from .models import RunRow
 from .notify import Notifier
 from .states import ROLE_RANK, Role
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,8 @@ class StoreBase:
         """When (monotonic) a claim last looked for runs whose worker's lease expired."""
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        """One transaction through SQLAlchemy; in-process wake-ups are published only after it commits."""
+    async def transaction(self) -> AsyncIterator[Transaction[AsyncSession]]:
+        """One transaction through an async session; in-process wake-ups are published only after it commits."""
         async with self.db.write() as session:
             tx = Transaction(session)
             yield tx
@@ -74,13 +77,36 @@ class StoreBase:
             await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
+    async def run_statements(self, body: Callable[[Transaction[Connection]], T]) -> T:
+        """One transaction of plain synchronous statements (`body`); returns what `body` returns.
+
+        The hot path's writes (claims, steps, pauses, decisions) are written this way: on
+        SQLite the whole transaction is one hop to a worker thread (`Database.write_in_thread`)
+        instead of one per statement; on PostgreSQL, whose hot path has its own functions,
+        the rare callers run it through the async driver.
+        """
+
+        def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
+            tx = Transaction(connection)
+            result = body(tx)
+            write_chained(connection, tx.events)
+            return tx, result
+
+        if self.db.is_sqlite:
+            tx, result = await self.db.write_in_thread(whole)
+        else:
+            async with self.db.write() as session:
+                tx, result = await session.run_sync(lambda sync_session: whole(sync_session.connection()))
+                await self.notifier.send_in_transaction(session, tx.announcements)
+        self.notifier.publish(tx.announcements)
+        return result
+
     async def write_run(self, write: RunWrite) -> None:
         """A worker's write to the run it holds, in one transaction: one function call on PostgreSQL."""
         if self.db.is_postgres:
             await pg_run_write(self.db, write, self._stored_tool_versions)
             return
-        async with self.transaction() as tx:
-            await apply_write(tx, write)
+        await self.run_statements(lambda tx: apply_write(tx, write))
 
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:
         run = await session.scalar(select(RunRow).where(RunRow.id == run_id).with_for_update())

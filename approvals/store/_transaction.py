@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .audit import AuditEvent
 
+SessionT = TypeVar("SessionT", AsyncSession, Connection)
 
-class Transaction:
-    """A store operation's SQLAlchemy session, with announcements and audit events for its end.
 
-    Every operation runs through it on SQLite, and the rare ones on PostgreSQL too (a run's
-    writes and decisions have their own fast paths there). Writes are functions over it
-    (`_run_writes`, `decisions`); it only collects what its end must do.
+class Transaction(Generic[SessionT]):
+    """A store operation's session, with announcements and audit events for its end.
+
+    Most operations hold an `AsyncSession` (`StoreBase.transaction`). A run's hot-path
+    writes and decisions are plain statements over a `Connection` (`StoreBase.run_statements`):
+    on SQLite the whole transaction runs in one worker-thread hop. Writes are functions over
+    it (`_run_writes`, `decisions`); it only collects what its end must do.
     """
 
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
+    def __init__(self, session: SessionT) -> None:
+        self.session: SessionT = session
         self.announcements: list[tuple[str, str]] = []
         self.events: list[AuditEvent] = []
 
-    async def announce(self, channel: str, payload: str) -> None:
+    def announce(self, channel: str, payload: str) -> None:
         """Wake listeners on `channel` once this transaction commits."""
         self.announcements.append((channel, payload))
 
-    async def record(self, event: AuditEvent) -> None:
+    def record(self, event: AuditEvent) -> None:
         """Record an event made by `call_event` or `run_event`; it is chained when the transaction ends."""
         self.events.append(event)
 
-    async def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
+    def audit(self, actor: str, action: str, subject_type: str, subject_id: str, **fields: Any) -> None:
         """Record an event; it is chained and written when the transaction ends."""
         self.events.append(
             AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, **fields)

@@ -54,7 +54,7 @@ class AccountOps(StoreBase):
         try:
             async with self.transaction() as tx:
                 tx.session.add(row)
-                await tx.audit(actor.id, "user.created", "user", username, details={"role": role, "groups": groups})
+                tx.audit(actor.id, "user.created", "user", username, details={"role": role, "groups": groups})
         except IntegrityError:
             raise Conflict(f"A user named {username!r} already exists") from None
         return row
@@ -107,7 +107,7 @@ class AccountOps(StoreBase):
                 raise NotFound(f"No user {username!r}")
             details["sessions_ended"] = await revoke_user_sessions(tx.session, username, utcnow())
             action = "user.disabled" if disabled else "user.updated"
-            await tx.audit(actor.id, action, "user", username, details=details)
+            tx.audit(actor.id, action, "user", username, details=details)
 
     async def create_token(
         self,
@@ -148,7 +148,7 @@ class AccountOps(StoreBase):
             tx.session.add(row)
             await tx.session.flush()
             details = {"name": name, "role": role, "scopes": scopes, "user": user}
-            await tx.audit(actor.id, "token.created", "token", str(row.id), details=details)
+            tx.audit(actor.id, "token.created", "token", str(row.id), details=details)
         return token
 
     async def token_actor(self, token: str) -> Actor | None:
@@ -195,4 +195,4 @@ class AccountOps(StoreBase):
             )
             if result.rowcount == 0:  # type: ignore[attr-defined]
                 raise NotFound(f"No active token {token_id}")
-            await tx.audit(actor.id, "token.revoked", "token", str(token_id))
+            tx.audit(actor.id, "token.revoked", "token", str(token_id))

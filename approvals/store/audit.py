@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import Connection, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._canonical import canonical_json, legacy_canonical_json
-from .models import AuditEventRow, ToolCallRow
+from .models import AuditEventRow
 
 __all__ = (
     "GENESIS_HASH",
@@ -76,8 +76,21 @@ class AuditEvent:
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
+class _CallNames(Protocol):
+    """What an event about a call reads of it: a `ToolCallRow`, or a row of those columns."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def tool_name(self) -> str: ...
+
+
 def call_event(
-    actor: str, action: str, call: ToolCallRow, details: dict[str, Any] | None = None, *, at: dt.datetime | None = None
+    actor: str, action: str, call: _CallNames, details: dict[str, Any] | None = None, *, at: dt.datetime | None = None
 ) -> AuditEvent:
     """An event about a call: its run, agent and tool come from the row, so no event names them wrong."""
     return AuditEvent(
@@ -165,12 +178,23 @@ def event_document(event: _EventParts) -> dict[str, Any]:
     }
 
 
-async def lock_audit_chain(session: AsyncSession) -> None:
-    """PostgreSQL: take the lock that serializes appends until this transaction ends (taking it again is free)."""
-    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY})
+AUDIT_HEAD = select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)
+"""The hash of the chain's last event (none before the first)."""
+LOCK_AUDIT_CHAIN = text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=AUDIT_LOCK_KEY)
+"""PostgreSQL: serialize appends until this transaction ends (taking it again is free)."""
 
 
-async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
+def chain(prev_hash: str, events: list[AuditEvent]) -> list[dict[str, Any]]:
+    """Rows for `events`, each hashed over the one before, the first over `prev_hash`."""
+    rows = []
+    for event in events:
+        row_hash = event_hash(prev_hash, event)
+        rows.append({**event_fields(event), "prev_hash": prev_hash, "hash": row_hash})
+        prev_hash = row_hash
+    return rows
+
+
+def write_chained(connection: Connection, events: list[AuditEvent]) -> None:
     """Chain and insert events as the transaction's last statements.
 
     The chain has one head, so appends are serialized: an advisory lock on PostgreSQL
@@ -178,15 +202,16 @@ async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None
     """
     if not events:
         return
-    if session.get_bind().dialect.name == "postgresql":
-        await lock_audit_chain(session)
-    prev = await session.scalar(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)) or GENESIS_HASH
-    rows = []
-    for event in events:
-        row_hash = event_hash(prev, event)
-        rows.append({**event_fields(event), "prev_hash": prev, "hash": row_hash})
-        prev = row_hash
-    await session.execute(insert(AuditEventRow), rows)
+    if connection.dialect.name == "postgresql":
+        connection.execute(LOCK_AUDIT_CHAIN)
+    prev = connection.scalar(AUDIT_HEAD) or GENESIS_HASH
+    connection.execute(insert(AuditEventRow), chain(prev, events))
+
+
+async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
+    """`write_chained` in an async session's transaction."""
+    if events:
+        await session.run_sync(lambda sync_session: write_chained(sync_session.connection(), events))
 
 
 async def append_event(session: AsyncSession, **fields: Any) -> None:

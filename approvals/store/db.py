@@ -9,12 +9,13 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -22,6 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from ..exceptions import UserError
 
 __all__ = ("Database", "json_text", "normalize_url")
+
+T = TypeVar("T")
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 _SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}
@@ -59,11 +62,16 @@ class Database:
             options.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         self.read_engine = self.engine
+        self.thread_engine: Engine | None = None
+        """SQLite: the same file through the plain `sqlite3` driver, for `write_in_thread`."""
+        self._thread_writer = threading.Lock()
         if self.is_sqlite:
-            _configure_sqlite(self.engine, write_lock=True)
+            _configure_sqlite(self.engine.sync_engine, write_lock=True)
             # reads get their own pool without the write lock, so pages never wait behind writers (WAL)
             self.read_engine = create_async_engine(self.url, **options)
-            _configure_sqlite(self.read_engine, write_lock=False)
+            _configure_sqlite(self.read_engine.sync_engine, write_lock=False)
+            self.thread_engine = create_engine(self.sync_url, **options)
+            _configure_sqlite(self.thread_engine, write_lock=True)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
         """Sessions for writes: each transaction takes the write lock up front on SQLite."""
         self.read_sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
@@ -87,6 +95,25 @@ class Database:
         async with _transaction(self.sessions, shield=True) as session:
             yield session
 
+    async def write_in_thread(self, body: Callable[[Connection], T]) -> T:
+        """SQLite: one write transaction run whole in a worker thread; returns what `body` returns.
+
+        Through aiosqlite every statement is a hop to its thread and back (most of a
+        short transaction's time); here the transaction is one hop. Committed when `body`
+        returns, rolled back if it raises. Writers in this process take turns on a lock
+        before `BEGIN IMMEDIATE`, so they queue without SQLite's sleeping busy handler.
+        Cancellation waits for the transaction to end, as `write`'s does.
+        """
+        engine = self.thread_engine
+        if engine is None:
+            raise RuntimeError("write_in_thread is for SQLite; PostgreSQL runs writes through its async driver")
+
+        def transaction() -> T:
+            with self._thread_writer, engine.begin() as connection:
+                return body(connection)
+
+        return await anyio.to_thread.run_sync(transaction)
+
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
@@ -105,6 +132,8 @@ class Database:
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
+        if self.thread_engine is not None:
+            self.thread_engine.dispose()
 
 
 @asynccontextmanager
@@ -135,8 +164,7 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _configure_sqlite(engine: AsyncEngine, *, write_lock: bool) -> None:
-    sync_engine = engine.sync_engine
+def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:
 
     @event.listens_for(sync_engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:

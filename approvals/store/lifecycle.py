@@ -12,17 +12,17 @@ import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Row, Select, and_, bindparam, func, or_, select, update
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
 from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
 from ._base import SYSTEM, Actor, StoreBase
 from ._pg import ClaimedRow, pg_claim
-from ._run_writes import hold_run, start_executing
-from ._transaction import Transaction
+from ._run_writes import Tx, hold_run, start_executing
 from ._writes import (
     DecidedCall,
     HeldRun,
@@ -82,7 +82,7 @@ class ClaimedRun:
 
 
 def _claimed(
-    run: RunRow | ClaimedRow,
+    run: RunRow | ClaimedRow | Row[Any],
     lease_expires_at: dt.datetime,
     history: list[ModelMessage],
     decided: dict[str, DecidedCall],
@@ -126,9 +126,9 @@ class RunLifecycle(StoreBase):
                     updated_at=now,
                 )
             )
-            await tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
-            await tx.announce(READY_CHANNEL, run_id)
-            await tx.announce(RUNS_CHANNEL, run_id)
+            tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
+            tx.announce(READY_CHANNEL, run_id)
+            tx.announce(RUNS_CHANNEL, run_id)
         return run_id
 
     async def claim(
@@ -193,107 +193,15 @@ class RunLifecycle(StoreBase):
     async def _claim_locked(self, ask: _Claim) -> ClaimedRun | None:
         """Lock the oldest claimable run and lease it, recovering it first if its worker died."""
         for _ in range(10):  # skip over runs that crash recovery hands back to people
-            async with self.transaction() as tx:
-                now = utcnow()
-                query = (
-                    select(RunRow)
-                    .where(
-                        or_(
-                            RunRow.status == RunStatus.READY,
-                            and_(RunRow.status == RunStatus.RESUMING, RunRow.lease_expires_at < now),
-                        )
-                    )
-                    .order_by(RunRow.updated_at)
-                    .limit(1)
-                )
-                if ask.run_id is not None:
-                    query = query.where(RunRow.id == ask.run_id)
-                if ask.agent_names is not None:
-                    query = query.where(RunRow.agent_name.in_(ask.agent_names))
-                if self.db.is_postgres:
-                    query = query.with_for_update(skip_locked=True)
-                run = await tx.session.scalar(query)
-                if run is None:
-                    return None
-                if run.status == RunStatus.RESUMING and await self._recover_crashed(tx, run):
-                    continue
-                run.status = RunStatus.RESUMING
-                run.lease_owner = ask.worker_id
-                run.lease_expires_at = now + dt.timedelta(seconds=ask.lease_seconds)
-                run.updated_at = now
-                await tx.record(run_event(ask.worker_id, "run.resumed", run.id, run.agent_name))
-                await tx.announce(RUNS_CHANNEL, run.id)
-                history: list[ModelMessage] = []
-                decided: dict[str, DecidedCall] = {}
-                history_from = ask.known.get(run.id, 0)
-                if history_from > run.message_count:  # the worker holds more than is stored: a restored database
-                    history_from = 0
-                if run.message_count:
-                    messages = await tx.session.execute(
-                        select(MessageRow.data, MessageRow.format_version)
-                        .where(MessageRow.run_id == run.id, MessageRow.seq >= history_from)
-                        .order_by(MessageRow.seq)
-                    )
-                    history = load_history_rows((data, version) for data, version in messages)
-                    calls = await tx.session.scalars(
-                        select(ToolCallRow).where(
-                            ToolCallRow.run_id == run.id, ToolCallRow.status.in_(DECIDED_CALL_STATUSES)
-                        )
-                    )
-                    decided = {
-                        call.tool_call_id: DecidedCall(
-                            id=call.id,
-                            tool_call_id=call.tool_call_id,
-                            status=call.status,
-                            args_digest=call.args_digest,
-                            override_args=call.override_args,
-                            denial_reason=call.denial_reason,
-                            answer=call.answer,
-                        )
-                        for call in calls
-                    }
-                approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
-                held = HeldRun(
-                    id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=ask.worker_id
-                )
-                started = await start_executing(tx, held, approved, now) if approved else []
-                executing = frozenset(call.tool_call_id for call in started)
-                claimed = _claimed(run, run.lease_expires_at, history, decided, executing)
-                return replace(claimed, history_from=history_from)
+            claimed = await self.run_statements(lambda tx: _claim_oldest(tx, ask))
+            if claimed is not _HANDED_BACK:
+                return cast(ClaimedRun | None, claimed)
         return None
-
-    async def _recover_crashed(self, tx: Transaction, run: RunRow) -> bool:
-        """Settle calls a dead worker left in `executing`; True when the run now waits for a person."""
-        stuck = (
-            await tx.session.scalars(
-                select(ToolCallRow).where(ToolCallRow.run_id == run.id, ToolCallRow.status == CallStatus.EXECUTING)
-            )
-        ).all()
-        unknown = False
-        for call in stuck:
-            if call.idempotent:
-                call.status = CallStatus.APPROVED
-                reason = "worker died while the call ran; the tool is idempotent"
-                await tx.record(call_event(SYSTEM.id, "call.retried", call, {"reason": reason}))
-            else:
-                call.status = CallStatus.OUTCOME_UNKNOWN
-                unknown = True
-                reason = "worker died while the call ran; it may or may not have happened"
-                await tx.record(call_event(SYSTEM.id, "call.outcome_unknown", call, {"reason": reason}))
-            call.updated_at = utcnow()
-        if unknown:
-            run.status = RunStatus.AWAITING_APPROVAL
-            run.lease_owner = None
-            run.lease_expires_at = None
-            run.updated_at = utcnow()
-            await tx.announce(PENDING_CHANNEL, run.id)
-            await tx.announce(RUNS_CHANNEL, run.id)
-        return unknown
 
     async def renew_lease(self, run_id: str, worker_id: str, *, lease_seconds: float = 60.0) -> None:
         """Extend this worker's lease; `LeaseLost` if it no longer holds the run."""
-        async with self.transaction() as tx:
-            await hold_run(tx, run_id, worker_id, lease_expires_at=_lease_end(lease_seconds))
+        lease_end = _lease_end(lease_seconds)
+        await self.run_statements(lambda tx: hold_run(tx, run_id, worker_id, lease_expires_at=lease_end))
 
     async def mark_executing(self, run_id: str, worker_id: str, tool_call_ids: Sequence[str]) -> None:
         """Commit that these approved calls are about to run, and consume their approvals, before any runs."""
@@ -399,10 +307,13 @@ class RunLifecycle(StoreBase):
 
     async def release(self, run_id: str, worker_id: str) -> None:
         """Hand a held run back (graceful shutdown before it started work)."""
-        async with self.transaction() as tx:
-            run = await hold_run(tx, run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
-            await tx.record(run_event(worker_id, "run.released", run_id, run.agent_name))
-            await tx.announce(READY_CHANNEL, run_id)
+
+        def hand_back(tx: Tx) -> None:
+            run = hold_run(tx, run_id, worker_id, status=RunStatus.READY, lease_owner=None, lease_expires_at=None)
+            tx.record(run_event(worker_id, "run.released", run_id, run.agent_name))
+            tx.announce(READY_CHANNEL, run_id)
+
+        await self.run_statements(hand_back)
 
     async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> None:
         """An admin stops a run that has not ended, even one a worker holds right now.
@@ -438,9 +349,9 @@ class RunLifecycle(StoreBase):
             run.lease_owner = None
             run.lease_expires_at = None
             run.updated_at = now
-            await tx.record(run_event(actor.id, "run.cancelled", run_id, run.agent_name, {"reason": reason}))
+            tx.record(run_event(actor.id, "run.cancelled", run_id, run.agent_name, {"reason": reason}))
             for call_id, tool_name in sorted(interrupted):
-                await tx.audit(
+                tx.audit(
                     actor.id,
                     "call.outcome_unknown",
                     "call",
@@ -450,8 +361,8 @@ class RunLifecycle(StoreBase):
                     tool_name=tool_name,
                     details={"reason": "the run was cancelled while the call ran; it may or may not have happened"},
                 )
-            await tx.announce(PENDING_CHANNEL, run_id)
-            await tx.announce(RUNS_CHANNEL, run_id)
+            tx.announce(PENDING_CHANNEL, run_id)
+            tx.announce(RUNS_CHANNEL, run_id)
 
     async def retry_run(self, run_id: str, *, actor: Actor) -> None:
         """An admin sends a failed run back to the workers; it continues from its stored history."""
@@ -464,8 +375,150 @@ class RunLifecycle(StoreBase):
             run.status = RunStatus.READY
             run.error = None
             run.updated_at = utcnow()
-            await tx.record(run_event(actor.id, "run.retried", run_id, run.agent_name))
-            await tx.announce(READY_CHANNEL, run_id)
+            tx.record(run_event(actor.id, "run.retried", run_id, run.agent_name))
+            tx.announce(READY_CHANNEL, run_id)
+
+
+_HANDED_BACK = object()
+"""`_claim_oldest`'s answer when the run it found went back to people: the claim looks again."""
+_CLAIMABLE_RUN_COLUMNS = (
+    RunRow.id,
+    RunRow.agent_name,
+    RunRow.status,
+    RunRow.prompt,
+    RunRow.deps,
+    RunRow.message_count,
+)
+_DECIDED_CALL_COLUMNS = (
+    ToolCallRow.id,
+    ToolCallRow.tool_call_id,
+    ToolCallRow.status,
+    ToolCallRow.args_digest,
+    ToolCallRow.override_args,
+    ToolCallRow.denial_reason,
+    ToolCallRow.answer,
+)
+
+_STUCK_CALL_COLUMNS = (
+    ToolCallRow.id,
+    ToolCallRow.run_id,
+    ToolCallRow.agent_name,
+    ToolCallRow.tool_name,
+    ToolCallRow.idempotent,
+)
+
+
+@cache
+def _oldest_claimable(by_run: bool, by_agent: bool, dialect: str) -> Select[Any]:
+    """The oldest run a claim may take: ready, or resuming under a lease that ran out (each variant built once)."""
+    query = (
+        select(*_CLAIMABLE_RUN_COLUMNS)
+        .where(
+            or_(
+                RunRow.status == RunStatus.READY,
+                and_(RunRow.status == RunStatus.RESUMING, RunRow.lease_expires_at < bindparam("now")),
+            )
+        )
+        .order_by(RunRow.updated_at)
+        .limit(1)
+    )
+    if by_run:
+        query = query.where(RunRow.id == bindparam("run_id"))
+    if by_agent:
+        query = query.where(RunRow.agent_name.in_(bindparam("agent_names", expanding=True)))
+    if dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    return query
+
+
+LEASE_RUN = (
+    update(RunRow)
+    .where(RunRow.id == bindparam("run_id"))
+    .values(
+        status=RunStatus.RESUMING,
+        lease_owner=bindparam("new_owner"),
+        lease_expires_at=bindparam("lease_end"),
+        updated_at=bindparam("now"),
+    )
+)
+MESSAGES_FROM = (
+    select(MessageRow.data, MessageRow.format_version)
+    .where(MessageRow.run_id == bindparam("run_id"), MessageRow.seq >= bindparam("seq"))
+    .order_by(MessageRow.seq)
+)
+DECIDED_CALLS = select(*_DECIDED_CALL_COLUMNS).where(
+    ToolCallRow.run_id == bindparam("run_id"), ToolCallRow.status.in_(DECIDED_CALL_STATUSES)
+)
+
+
+def _claim_oldest(tx: Tx, ask: _Claim) -> ClaimedRun | object | None:
+    """Lease the oldest claimable run: a ready one, or one whose worker's lease ran out (recovered first).
+
+    Returns the claimed run, None when there is none, or `_HANDED_BACK` when the run found
+    was a dead worker's whose calls now wait for a person.
+    """
+    now = utcnow()
+    filters = {"now": now, "run_id": ask.run_id, "agent_names": ask.agent_names}
+    query = _oldest_claimable(ask.run_id is not None, ask.agent_names is not None, tx.session.dialect.name)
+    run = tx.session.execute(query, {k: v for k, v in filters.items() if v is not None}).one_or_none()
+    if run is None:
+        return None
+    if run.status == RunStatus.RESUMING and _recover_crashed(tx, run.id, now):
+        return _HANDED_BACK
+    lease_end = now + dt.timedelta(seconds=ask.lease_seconds)
+    tx.session.execute(LEASE_RUN, {"run_id": run.id, "new_owner": ask.worker_id, "lease_end": lease_end, "now": now})
+    tx.record(run_event(ask.worker_id, "run.resumed", run.id, run.agent_name, at=now))
+    tx.announce(RUNS_CHANNEL, run.id)
+    history: list[ModelMessage] = []
+    decided: dict[str, DecidedCall] = {}
+    history_from = ask.known.get(run.id, 0)
+    if history_from > run.message_count:  # the worker holds more than is stored: a restored database
+        history_from = 0
+    if run.message_count:
+        messages = tx.session.execute(MESSAGES_FROM, {"run_id": run.id, "seq": history_from})
+        history = load_history_rows((data, version) for data, version in messages)
+        calls = tx.session.execute(DECIDED_CALLS, {"run_id": run.id})
+        decided = {call.tool_call_id: DecidedCall(**call._asdict()) for call in calls}
+    approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
+    held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=ask.worker_id)
+    started = start_executing(tx, held, approved, now) if approved else []
+    claimed = _claimed(run, lease_end, history, decided, frozenset(call.tool_call_id for call in started))
+    return replace(claimed, history_from=history_from)
+
+
+def _recover_crashed(tx: Tx, run_id: str, now: dt.datetime) -> bool:
+    """Settle calls a dead worker left in `executing`; True when the run now waits for a person."""
+    stuck = tx.session.execute(
+        select(
+            ToolCallRow.id, ToolCallRow.run_id, ToolCallRow.agent_name, ToolCallRow.tool_name, ToolCallRow.idempotent
+        )
+        .where(ToolCallRow.run_id == run_id, ToolCallRow.status == CallStatus.EXECUTING)
+        .order_by(ToolCallRow.created_at, ToolCallRow.id)
+    ).all()
+    unknown = False
+    for call in stuck:
+        if call.idempotent:
+            status = CallStatus.APPROVED
+            event = call_event(SYSTEM.id, "call.retried", call, {"reason": _RETRIED}, at=now)
+        else:
+            status = CallStatus.OUTCOME_UNKNOWN
+            unknown = True
+            event = call_event(SYSTEM.id, "call.outcome_unknown", call, {"reason": _MAY_HAVE_RUN}, at=now)
+        tx.session.execute(update(ToolCallRow).where(ToolCallRow.id == call.id).values(status=status, updated_at=now))
+        tx.record(event)
+    if unknown:
+        tx.session.execute(
+            update(RunRow)
+            .where(RunRow.id == run_id)
+            .values(status=RunStatus.AWAITING_APPROVAL, lease_owner=None, lease_expires_at=None, updated_at=now)
+        )
+        tx.announce(PENDING_CHANNEL, run_id)
+        tx.announce(RUNS_CHANNEL, run_id)
+    return unknown
+
+
+_RETRIED = "worker died while the call ran; the tool is idempotent"
+_MAY_HAVE_RUN = "worker died while the call ran; it may or may not have happened"
 
 
 def _call_results(messages: Sequence[ModelMessage], executing: Collection[str] | None) -> dict[str, tuple[str, Any]]:

@@ -115,7 +115,7 @@ class LoginOps(StoreBase):
                 row = await self._throttle_row(tx, key, now)
                 if row.locked_until is not None and row.locked_until <= now:
                     row.locked_until = None
-                    await tx.audit(SYSTEM_ACTOR_ID, "login.unlocked", subject_type, subject_id)
+                    tx.audit(SYSTEM_ACTOR_ID, "login.unlocked", subject_type, subject_id)
                 if success:
                     if subject_type == "account":
                         await tx.session.delete(row)
@@ -134,7 +134,7 @@ class LoginOps(StoreBase):
                     row.failures, row.locked_until, row.window_start = 0, now + period, now + period
                     seconds = math.ceil(period.total_seconds())
                     retry_after = max(retry_after or 0, seconds)
-                    await tx.audit(
+                    tx.audit(
                         SYSTEM_ACTOR_ID,
                         "login.locked",
                         subject_type,
@@ -143,7 +143,7 @@ class LoginOps(StoreBase):
                     )
         return retry_after
 
-    async def _throttle_row(self, tx: Transaction, key: str, now: dt.datetime) -> LoginThrottleRow:
+    async def _throttle_row(self, tx: Transaction[AsyncSession], key: str, now: dt.datetime) -> LoginThrottleRow:
         """The key's row, created if missing, locked for this transaction."""
         values = {"key": key, "failures": 0, "window_start": now, "lockouts": 0}
         insert = pg_insert if self.db.is_postgres else sqlite_insert

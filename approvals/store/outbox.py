@@ -158,7 +158,7 @@ class WebhookCursors:
                 .returning(WebhookCursorRow.endpoint)
             )
             if released is not None:
-                await tx.announce(WEBHOOKS_CHANNEL, lease.endpoint)
+                tx.announce(WEBHOOKS_CHANNEL, lease.endpoint)
 
     async def get(self, endpoint: str) -> WebhookCursorRow | None:
         """The endpoint's cursor row, for inspection."""
@@ -215,7 +215,7 @@ class WebhookCursors:
                 raise LeaseLost(f"{lease.owner!r} no longer delivers to webhook endpoint {lease.endpoint[:12]}")
             if refusal is not None:
                 event, details = refusal
-                await tx.audit(
+                tx.audit(
                     SYSTEM_ACTOR_ID,
                     "webhook.refused",
                     "webhook",

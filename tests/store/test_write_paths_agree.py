@@ -163,8 +163,7 @@ async def outcome(coroutine: Any) -> str:
 
 
 async def by_python(store: Store, write: RunWrite) -> None:
-    async with store.transaction() as tx:
-        await apply_write(tx, write)
+    await store.run_statements(lambda tx: apply_write(tx, write))
 
 
 def test_random_writes_store_the_same_rows_and_audit_hashes_on_both_paths(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """The writes of a run's hot path, described once for both backends.
 
 A worker's write to a run it holds (mark calls executing, append a step, pause, finish) is
-a `RunWrite`: plain data saying what changes. `Transaction.apply` carries it out through
-SQLAlchemy (SQLite); on PostgreSQL it is one call to the `approvals_run_write` function
-(migration 0004). What only the database knows (which calls actually moved, the run's
+a `RunWrite`: plain data saying what changes. `_run_writes.apply_write` carries it out in
+SQLAlchemy Core statements (SQLite); on PostgreSQL it is one call to the
+`approvals_run_write` function (migration 0004). What only the database knows (which calls actually moved, the run's
 agent) is filled in there, and both produce the same audit events in the same order.
 """
 

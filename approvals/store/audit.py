@@ -180,6 +180,7 @@ def event_document(event: _EventParts) -> dict[str, Any]:
 
 AUDIT_HEAD = select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)
 """The hash of the chain's last event (none before the first)."""
+INSERT_AUDIT_EVENTS = insert(AuditEventRow)
 LOCK_AUDIT_CHAIN = text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=AUDIT_LOCK_KEY)
 """PostgreSQL: serialize appends until this transaction ends (taking it again is free)."""
 
@@ -205,7 +206,7 @@ def write_chained(connection: Connection, events: list[AuditEvent]) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(LOCK_AUDIT_CHAIN)
     prev = connection.scalar(AUDIT_HEAD) or GENESIS_HASH
-    connection.execute(insert(AuditEventRow), chain(prev, events))
+    connection.execute(INSERT_AUDIT_EVENTS, chain(prev, events))
 
 
 async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:

@@ -1,6 +1,6 @@
 """A worker's write has two implementations on PostgreSQL's hot path; random sequences prove them equal.
 
-`Transaction.apply` (SQLAlchemy, what SQLite runs) and `approvals_run_write_v2` (one
+`_run_writes.apply_write` (SQLAlchemy Core, what SQLite runs) and `approvals_run_write_v2` (one
 function call, what PostgreSQL runs) are driven with the same random sequence of writes,
 each on its own PostgreSQL database. After every write both must have refused it the same
 way or stored the same rows, and their audit chains must have the same hashes.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 import pydantic
 import pydantic_core
@@ -243,6 +243,31 @@ def load_message(
     """Load one message dumped by `dump_message`, from any supported format version."""
     raw = json.loads(data) if isinstance(data, str | bytes) else data
     return _message_adapter.validate_python(_upgrade_message(raw, format_version))
+
+
+def load_stored_history(
+    rows: Iterable[tuple[str | bytes | dict[str, Any], int]],
+) -> list[ModelRequest | ModelResponse]:
+    """Messages from stored `(JSON text, format version)` rows, in order (see `load_stored_array`)."""
+    stored = list(rows)
+    if all(isinstance(data, str) for data, _ in stored):
+        texts = cast(list[str], [data for data, _ in stored])
+        return load_stored_array("[" + ",".join(texts) + "]", [version for _, version in stored])
+    return [load_message(data, format_version=version) for data, version in stored]
+
+
+def load_stored_array(array: str | bytes, versions: Sequence[int]) -> list[ModelRequest | ModelResponse]:
+    """Stored messages from one JSON array of them, with each one's format version.
+
+    When every message is in the current format, the array is parsed and validated in one
+    pass (pydantic-core's `validate_json`): a resume that loads a long history pays for one
+    parse, not one `json.loads` and one validation per message.
+    """
+    if all(version == MESSAGE_FORMAT_VERSION for version in versions):
+        return _history_adapter.validate_json(array)
+    return [
+        load_message(data, format_version=version) for data, version in zip(json.loads(array), versions, strict=True)
+    ]
 
 
 def dump_messages(messages: Sequence[ModelRequest | ModelResponse]) -> bytes:

@@ -119,11 +119,11 @@ async def approvals_cycles(url: str) -> tuple[list[float], list[float], list[flo
     warm_worker = Resumer(store, AgentRegistry([agent]), worker_id="warm")
     for run_id in warm_runs:  # the worker that paused the run resumes it: it holds its history
         warm_worker.histories.keep(run_id, await store.load_history(run_id))
-    warm = [await cycle(warm_worker, run_id) for run_id in warm_runs[:CYCLES]]
-    cold = [
-        await cycle(Resumer(store, AgentRegistry([agent]), worker_id=f"cold{i}"), r)
-        for i, r in enumerate(cold_runs[:CYCLES])
-    ]
+    warm: list[float] = []
+    cold: list[float] = []
+    for i in range(CYCLES):  # interleaved, so both see the same database (its WAL, its caches)
+        warm.append(await cycle(warm_worker, warm_runs[i]))
+        cold.append(await cycle(Resumer(store, AgentRegistry([agent]), worker_id=f"cold{i}"), cold_runs[i]))
     await database.dispose()
     return warm, cold, decisions
 

@@ -27,6 +27,7 @@ from approvals.messages import (
     dump_messages,
     load_message,
     load_messages,
+    load_stored_history,
     model_facing_content,
 )
 
@@ -94,6 +95,22 @@ messages = st.one_of(
 @given(history=st.lists(messages, max_size=6))
 def test_history_round_trips_exactly(history: list[Any]) -> None:
     assert load_messages(dump_messages(history)) == history
+
+
+@given(history=st.lists(messages, max_size=6))
+def test_stored_rows_load_in_one_pass_as_they_would_one_by_one(history: list[Any]) -> None:
+    """A history read back as stored JSON texts (one parse for all of it) equals the messages written."""
+    texts = [json.dumps(dump_message(message), ensure_ascii=False) for message in history]
+    assert load_stored_history((text, MESSAGE_FORMAT_VERSION) for text in texts) == history
+    parsed_by_the_driver = [(dump_message(message), MESSAGE_FORMAT_VERSION) for message in history]
+    assert load_stored_history(parsed_by_the_driver) == history
+
+
+def test_a_stored_history_with_a_broken_row_is_refused() -> None:
+    good = json.dumps(dump_message(ModelRequest(parts=[UserPromptPart(content="hi")])))
+    broken = '{"kind": "request", "parts": ['
+    with pytest.raises(ValueError, match=r"(?i)json"):
+        load_stored_history([(good, MESSAGE_FORMAT_VERSION), (broken, MESSAGE_FORMAT_VERSION)])
 
 
 @given(message=messages)

@@ -23,6 +23,7 @@ Connections come from the SQLAlchemy engine's pool, so there is one pool and one
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -31,13 +32,14 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import psycopg
 from psycopg.types.json import Jsonb
+from psycopg.types.string import TextLoader
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import greenlet_spawn
 
 from .._canonical import canonical_json
 from ..exceptions import Conflict
-from ..messages import MESSAGE_FORMAT_VERSION, dump_message
-from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, load_history_rows, tool_definition_row, utcnow
+from ..messages import MESSAGE_FORMAT_VERSION, dump_message, load_stored_array
+from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, tool_definition_row, utcnow
 from .audit import event_document
 from .db import json_text
 from .hot_path_sql import function_name
@@ -219,7 +221,9 @@ async def pg_claim(
     if known:
         document["known"] = dict(known)
     async with pooled_connection(db) as connection:
-        cursor = await connection.execute(_CLAIM, (jsonb(document),))
+        cursor = connection.cursor()
+        cursor.adapters.register_loader("jsonb", TextLoader)  # as text: the history is parsed in one pass
+        await cursor.execute(_CLAIM, (jsonb(document),))
         row = await cursor.fetchone()
     if row is None:
         return None
@@ -230,10 +234,10 @@ async def pg_claim(
         claimed_id,
         agent_name,
         prompt,
-        deps,
+        None if deps is None else json.loads(deps),
         message_count,
-        history=load_history_rows(zip(history or (), versions or (), strict=True)),
+        history=load_stored_array(history, versions) if history is not None else [],
         history_from=history_from or 0,
-        decided_calls={call["tool_call_id"]: DecidedCall(**call) for call in decided or ()},
+        decided_calls={call["tool_call_id"]: DecidedCall(**call) for call in json.loads(decided or "[]")},
         executing=frozenset(executing or ()),
     )

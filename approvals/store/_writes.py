@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..deferred import DeferredToolCall
 from ..exceptions import LeaseLost, NotFound
-from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message, load_message
+from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message
 from ..tools import ToolDefinition
 
 
@@ -137,11 +137,6 @@ def pending_call(request: DeferredToolCall, now: dt.datetime) -> dict[str, Any]:
         "idempotent": request.idempotent,
         "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
     }
-
-
-def load_history_rows(rows: Iterable[tuple[Any, int]]) -> list[ModelRequest | ModelResponse]:
-    """Messages from stored `(data, format_version)` rows, in order."""
-    return [load_message(data, format_version=version) for data, version in rows]
 
 
 def message_rows(

@@ -19,7 +19,7 @@ from sqlalchemy import Row, Select, and_, bindparam, func, or_, select, update
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
-from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
+from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart, load_stored_history
 from ._base import SYSTEM, Actor, StoreBase
 from ._pg import ClaimedRow, pg_claim
 from ._run_writes import Tx, hold_run, start_executing
@@ -29,12 +29,11 @@ from ._writes import (
     Interrupted,
     RunEvent,
     RunWrite,
-    load_history_rows,
     pending_call,
     utcnow,
 )
 from .audit import call_event, run_event
-from .models import MessageRow, RunRow, ToolCallRow
+from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 
@@ -442,7 +441,7 @@ LEASE_RUN = (
     )
 )
 MESSAGES_FROM = (
-    select(MessageRow.data, MessageRow.format_version)
+    select(STORED_TEXT, MessageRow.format_version)
     .where(MessageRow.run_id == bindparam("run_id"), MessageRow.seq >= bindparam("seq"))
     .order_by(MessageRow.seq)
 )
@@ -476,7 +475,7 @@ def _claim_oldest(tx: Tx, ask: _Claim) -> ClaimedRun | object | None:
         history_from = 0
     if run.message_count:
         messages = tx.session.execute(MESSAGES_FROM, {"run_id": run.id, "seq": history_from})
-        history = load_history_rows((data, version) for data, version in messages)
+        history = load_stored_history((data, version) for data, version in messages)
         calls = tx.session.execute(DECIDED_CALLS, {"run_id": run.id})
         decided = {call.tool_call_id: DecidedCall(**call._asdict()) for call in calls}
     approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]

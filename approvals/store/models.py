@@ -26,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     and_,
+    cast,
     func,
     text,
 )
@@ -136,6 +137,10 @@ class MessageRow(Base):
     format_version: Mapped[int] = mapped_column(Integer)
     data: Mapped[Any] = mapped_column(JsonValue)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+STORED_TEXT = cast(MessageRow.data, Text).label("data")
+"""A message as its stored JSON text, unparsed: `load_stored_history` parses a whole history in one pass."""
 
 
 class ToolDefinitionRow(Base):

@@ -17,11 +17,11 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import String, cast, func, select, tuple_
 
 from ..exceptions import NotFound, UserError
-from ..messages import ModelRequest, ModelResponse, load_message
+from ..messages import ModelRequest, ModelResponse, load_stored_history
 from ..tools import ToolDefinition
 from ._base import StoreBase
 from .audit import AuditVerification, verify_audit_chain
-from .models import AuditEventRow, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .models import STORED_TEXT, AuditEventRow, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 
 T = TypeVar("T")
 MAX_PAGE = 500
@@ -78,11 +78,11 @@ class Queries(StoreBase):
         """A run's whole message history, in order."""
         async with self.db.read() as session:
             rows = await session.execute(
-                select(MessageRow.data, MessageRow.format_version)
+                select(STORED_TEXT, MessageRow.format_version)
                 .where(MessageRow.run_id == run_id)
                 .order_by(MessageRow.seq)
             )
-            return [load_message(data, format_version=version) for data, version in rows]
+            return load_stored_history((data, version) for data, version in rows)
 
     async def get_run(self, run_id: str) -> RunRow:
         async with self.db.read() as session:

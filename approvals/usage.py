@@ -48,7 +48,7 @@ class UsageLimits:
 class RunTotals:
     """What a run's history adds up to: the run's usage, and the tool call ids the history used.
 
-    One rule (`add`) counts them, message by message: over a whole history when a run is
+    One rule (`add_all`) counts them, message by message: over a whole history when a run is
     read back, and over each message a run appends. So a worker that holds a run's history
     holds its totals too, and a resume counts only the new messages, not the whole history.
     """
@@ -68,21 +68,24 @@ class RunTotals:
         totals.add_all(messages)
         return totals
 
-    def add_all(self, messages: Iterable[ModelRequest | ModelResponse]) -> None:
-        for message in messages:
-            self.add(message)
-
     def add(self, message: ModelRequest | ModelResponse) -> None:
-        """Count one more message; a response the model reports no usage for counts as one request."""
-        self.count += 1
-        own = message.run_id == self.run_id
-        if isinstance(message, ModelResponse):
-            self.tool_call_ids.update(part.tool_call_id for part in message.parts if part.part_kind == "tool-call")
-            if own:
-                self.usage.incr(message.usage)
-                if not message.usage.requests:
-                    self.usage.requests += 1
-        elif own:
-            self.usage.tool_calls += sum(
-                1 for part in message.parts if part.part_kind == "tool-return" and part.source == "tool"
-            )
+        """Count one more message."""
+        self.add_all((message,))
+
+    def add_all(self, messages: Iterable[ModelRequest | ModelResponse]) -> None:
+        """Count more messages; a response the model reports no usage for counts as one request."""
+        usage, ids, run_id = self.usage, self.tool_call_ids, self.run_id
+        for message in messages:
+            self.count += 1
+            if isinstance(message, ModelResponse):
+                for part in message.parts:
+                    if part.part_kind == "tool-call":
+                        ids.add(part.tool_call_id)
+                if message.run_id == run_id:
+                    usage.incr(message.usage)
+                    if not message.usage.requests:
+                        usage.requests += 1
+            elif message.run_id == run_id:
+                for request_part in message.parts:
+                    if request_part.part_kind == "tool-return" and request_part.source == "tool":
+                        usage.tool_calls += 1

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
-from .messages import ModelRequest, ModelResponse, TextPart, ThinkingPart, ToolCallPart
+from .messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 
-__all__ = ("MAX_TOOL_CALL_ID_LENGTH", "storable_response", "tool_call_ids")
+__all__ = ("MAX_TOOL_CALL_ID_LENGTH", "storable_response")
 
 MAX_TOOL_CALL_ID_LENGTH = 128
 """Longer ids are replaced (providers' own are 30 to 60 characters; the column holds 200)."""
@@ -27,29 +28,20 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _PRINTABLE_ID = re.compile(r"^[\x21-\x7e]+$")
 
 
-def tool_call_ids(messages: list[ModelRequest | ModelResponse]) -> set[str]:
-    """Every tool call id already used in a history (one pass over the parts: it runs on every resume)."""
-    return {
-        part.tool_call_id
-        for message in messages
-        if message.kind == "response"
-        for part in message.parts
-        if part.part_kind == "tool-call"
-    }
-
-
-def storable_response(response: ModelResponse, used_ids: set[str]) -> ModelResponse:
-    """`response` with unstorable characters replaced and unusable ids renewed; adds its ids to `used_ids`.
+def storable_response(response: ModelResponse, used_ids: AbstractSet[str]) -> ModelResponse:
+    """`response` with unstorable characters replaced and unusable ids renewed (used in the run, or twice in it).
 
     The response is returned as it is when nothing needs changing (the common case).
+    `used_ids` is only read: the run's `RunTotals` adds the response's ids once it is in the history.
     """
-    parts = [_storable_part(part, used_ids) for part in response.parts]
+    own_ids: set[str] = set()
+    parts = [_storable_part(part, used_ids, own_ids) for part in response.parts]
     if all(new is old for new, old in zip(parts, response.parts, strict=True)):
         return response
     return replace(response, parts=parts)
 
 
-def _storable_part(part: Any, used_ids: set[str]) -> Any:
+def _storable_part(part: Any, used_ids: AbstractSet[str], own_ids: set[str]) -> Any:
     if isinstance(part, TextPart | ThinkingPart):
         content = _clean_text(part.content)
         return part if content is part.content else replace(part, content=content)
@@ -60,9 +52,10 @@ def _storable_part(part: Any, used_ids: set[str]) -> Any:
             or len(call_id) > MAX_TOOL_CALL_ID_LENGTH
             or not _PRINTABLE_ID.match(call_id)
             or call_id in used_ids
+            or call_id in own_ids
         ):
             call_id = f"call_{uuid.uuid4().hex[:24]}"
-        used_ids.add(call_id)
+        own_ids.add(call_id)
         tool_name = _clean_text(part.tool_name)
         args = _clean_args(part.args)
         if call_id is part.tool_call_id and tool_name is part.tool_name and args is part.args:

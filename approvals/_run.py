@@ -1,6 +1,6 @@
 """One call to `Agent.run`: settle the decisions, then ask the model and run its tool calls until it answers or waits.
 
-`AgentRun` holds what changes while a run moves on (the context, the history, the usage)
+`AgentRun` holds what changes while a run moves on (the context, the history and its totals)
 next to what stays fixed for it (the model, the tools, the settings, the limits), so each
 step is a method that reads them instead of a function taking a dozen arguments. Each step
 appends only its new messages, so the cost of a step does not grow with the history.
@@ -16,7 +16,7 @@ import pydantic_core
 from typing_extensions import TypeVar
 
 from ._history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
-from ._model_output import storable_response, tool_call_ids
+from ._model_output import storable_response
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._persistence import NO_PERSISTENCE, RunPersistence
 from ._run_context import RunContext
@@ -45,7 +45,7 @@ from .messages import (
 from .models import Model, ModelRequestParameters, ModelSettings
 from .models.settings import forced_tool_choice
 from .tools import Tool
-from .usage import UsageLimits, add_response
+from .usage import RunTotals, UsageLimits
 
 __all__ = ("AgentRun",)
 
@@ -64,11 +64,11 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
     manager: ToolManager[AgentDepsT]
     """The run's tools, with their retry counts across steps."""
     messages: list[ModelMessage]
-    """The whole history; this run appends to it."""
+    """The whole history; this run appends to it (`_add`)."""
+    totals: RunTotals
+    """The totals of `messages`, counted on as each message is added."""
     settings: ModelSettings | None
     limits: UsageLimits
-    usage: Usage
-    """Usage so far, counting what the history already used."""
     output: OutputSchema | None
     """The structured output type; None for a text answer."""
     output_retries: int
@@ -84,12 +84,15 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
     new_index: int = field(init=False)
     """Where the messages this run adds begin."""
     _delivered: int = field(init=False)
-    _used_ids: set[str] = field(init=False)
     _output_failures: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.new_index = self._delivered = len(self.messages)
-        self._used_ids = tool_call_ids(self.messages)
+
+    @property
+    def usage(self) -> Usage:
+        """Usage so far, counting what the history already used."""
+        return self.totals.usage
 
     async def run(
         self, prompt: str | None, deferred_tool_results: DeferredToolResults | None
@@ -147,7 +150,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
                 return response.text  # type: ignore[return-value]
 
             outcomes = await self.manager.handle_calls(self.ctx, calls, before_execute=self._check_tool_calls)
-            parts.extend(_parts_for(outcomes, self.usage))
+            parts.extend(_parts_for(outcomes))
             deferred = [o for o in outcomes if isinstance(o, CallDeferred)]
             if parts:
                 self._append(parts)
@@ -165,15 +168,19 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             allow_text_output=self.output is None,
         )
         response = await self.model.request(self.messages, self._step_settings(), params)
-        response = storable_response(response, self._used_ids)
+        response = storable_response(response, self.totals.tool_call_ids)
         response.run_id = self.ctx.run_id
-        add_response(self.usage, response)
+        self._add(response)
         self.limits.check_tokens(self.usage)
-        self.messages.append(response)
         return response
 
     def _append(self, parts: list[ModelRequestPart]) -> None:
-        self.messages.append(ModelRequest(parts=parts, run_id=self.ctx.run_id))
+        self._add(ModelRequest(parts=parts, run_id=self.ctx.run_id))
+
+    def _add(self, message: ModelMessage) -> None:
+        """Append to the history and count it: the totals always match the messages."""
+        self.totals.add(message)
+        self.messages.append(message)
 
     def _check_tool_calls(self, count: int) -> None:
         self.limits.check_before_tool_calls(self.usage, count)
@@ -224,7 +231,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             decision = decisions[call_id]
             if isinstance(decision, ToolApproved):
                 override = to_run[call_id].dumped_args if decision.override_args is not None else None
-                parts.extend(_parts_for([ran[call_id]], self.usage, args_override=override))
+                parts.extend(_parts_for([ran[call_id]], args_override=override))
             elif isinstance(decision, ToolAnswered):
                 parts.append(
                     ToolReturnPart(
@@ -294,14 +301,13 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
 
 
 def _parts_for(
-    outcomes: Sequence[CallOutcome], usage: Usage, *, args_override: dict[str, Any] | None = None
+    outcomes: Sequence[CallOutcome], *, args_override: dict[str, Any] | None = None
 ) -> list[ModelRequestPart]:
     """Request parts for executed and retried calls; deferred calls get none until decided."""
     parts: list[ModelRequestPart] = []
     extra: list[ModelRequestPart] = []
     for outcome in outcomes:
         if isinstance(outcome, CallSucceeded):
-            usage.tool_calls += 1
             call, result = outcome.validated.call, outcome.result
             parts.append(
                 ToolReturnPart(

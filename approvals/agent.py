@@ -30,7 +30,7 @@ from .models import Model, ModelSettings, infer_model
 from .models.settings import check_model_settings, merge_model_settings
 from .tools import Tool, ToolsPrepareFunc
 from .toolsets import FunctionToolset, collect_tools
-from .usage import UsageLimits, usage_of_run
+from .usage import RunTotals, UsageLimits
 
 __all__ = ("Agent", "AgentRunResult", "UsageLimits", "pending_tool_calls")
 
@@ -46,6 +46,8 @@ class AgentRunResult(Generic[OutputT]):
     output: OutputT | DeferredToolRequests
     run_id: str
     usage: Usage
+    totals: RunTotals = field(repr=False)
+    """The totals of `all_messages()` (`usage` among them), for a caller that keeps them with the history."""
     _messages: list[ModelMessage] = field(repr=False)
     _new_message_index: int = field(repr=False)
 
@@ -195,22 +197,34 @@ class Agent(Generic[AgentDepsT, OutputT]):
         usage_limits: UsageLimits | None = None,
         run_id: str | None = None,
         persistence: RunPersistence | None = None,
+        history_totals: RunTotals | None = None,
     ) -> AgentRunResult[OutputT]:
         """Run until the model answers, or until calls need a person.
 
         Start a run with a `prompt`; continue a paused one with its `message_history` and
         `deferred_tool_results` (one decision per pending call). Invalid decisions raise
         `InvalidDeferredResults` before anything runs. A store passes its `persistence`
-        to be told, durably, before approved calls run and as each step completes.
+        to be told, durably, before approved calls run and as each step completes. A caller
+        that keeps a history's `RunTotals` (a worker holding the run) passes them as
+        `history_totals`, so they are not counted again from the whole history; the run
+        takes them over and counts on in them (`AgentRunResult.totals`).
         """
         chosen = infer_model(model) if model is not None else self.model
         if chosen is None:
             raise UserError("No model: pass one to Agent(...) or to run(model=...)")
         messages: list[ModelMessage] = list(message_history or [])
         run_id = run_id or run_id_of(messages) or uuid.uuid4().hex
-        usage = usage_of_run(messages, run_id)
+        if history_totals is None:
+            totals = RunTotals.of(messages, run_id)
+        elif history_totals.run_id != run_id or history_totals.count != len(messages):
+            raise UserError(
+                f"history_totals count {history_totals.count} messages of run {history_totals.run_id!r}, "
+                f"not the {len(messages)} of run {run_id!r}"
+            )
+        else:
+            totals = history_totals
         run: AgentRun[AgentDepsT, OutputT] = AgentRun(
-            ctx=RunContext(deps=deps, run_id=run_id, run_step=usage.requests),
+            ctx=RunContext(deps=deps, run_id=run_id, run_step=totals.usage.requests),
             model=chosen,
             manager=ToolManager(
                 self.tools,
@@ -219,9 +233,9 @@ class Agent(Generic[AgentDepsT, OutputT]):
                 prepare_tools=self.prepare_tools,
             ),
             messages=messages,
+            totals=totals,
             settings=merge_model_settings(self.model_settings, check_model_settings(model_settings)),
             limits=usage_limits or self.usage_limits,
-            usage=usage,
             output=self._output,
             output_retries=self.output_retries,
             reset_tool_choice=self.reset_tool_choice,
@@ -231,5 +245,10 @@ class Agent(Generic[AgentDepsT, OutputT]):
         )
         output = await run.run(prompt, deferred_tool_results)
         return AgentRunResult(
-            output=output, run_id=run_id, usage=usage, _messages=messages, _new_message_index=run.new_index
+            output=output,
+            run_id=run_id,
+            usage=totals.usage,
+            totals=totals,
+            _messages=messages,
+            _new_message_index=run.new_index,
         )

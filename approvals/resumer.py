@@ -40,6 +40,7 @@ from .messages import ModelRequest, ModelResponse
 from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from .store.errors import describe, is_transient
 from .store.models import RunRow
+from .usage import RunTotals
 
 __all__ = (
     "DEFAULT_LEASE_SECONDS",
@@ -308,10 +309,14 @@ class Resumer:
 
     async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:
         run_id = claimed.run_id
-        history = self.histories.join(run_id, claimed.history_from, claimed.history)
-        if history is None:
+        held = self.histories.take(run_id, claimed.history_from, claimed.history)  # held again once paused again
+        totals: RunTotals | None = None  # None: the agent counts them from the whole history
+        if held is not None:
+            history, totals = held
+        elif claimed.history_from == 0:
+            history = list(claimed.history)
+        else:
             history = await self.store.load_history(run_id)
-        self.histories.drop(run_id)  # held again once this resume has stored its last write
         stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
             entry = self.registry.get(claimed.agent_name)
@@ -324,6 +329,7 @@ class Resumer:
                 deferred_tool_results=results,
                 run_id=run_id,
                 persistence=stored,
+                history_totals=totals,
             )
         except LeaseLost:
             raise
@@ -336,12 +342,13 @@ class Resumer:
             logger.exception("run %s failed", run_id)
             await stored.fail(_failure_text(exc))
             return
-        remaining = result.all_messages()[stored.count :]
+        messages = result.all_messages()
+        remaining = messages[stored.count :]
         try:
             if isinstance(result.output, DeferredToolRequests):
                 requests = result.output
                 await stored.pause(remaining, requests)
-                self.histories.keep(run_id, result.all_messages())
+                self.histories.keep(run_id, messages, result.totals)
                 names = ", ".join(call.tool_name for call in requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return

@@ -1,4 +1,4 @@
-"""What a run may use and what it has used: the caps of `UsageLimits`, and usage read back from a history.
+"""What a run may use and what it has used: the caps of `UsageLimits`, and the `RunTotals` of a history.
 
 A paused run continues in another call to `run`, maybe in another process, so its usage is
 counted from its stored messages rather than kept in memory: a resumed run keeps counting
@@ -7,13 +7,13 @@ toward the same limits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from .exceptions import UsageLimitExceeded
-from .messages import ModelRequest, ModelResponse, ToolReturnPart, Usage
+from .messages import ModelRequest, ModelResponse, Usage
 
-__all__ = ("UsageLimits", "usage_of_run")
+__all__ = ("RunTotals", "UsageLimits")
 
 
 @dataclass(kw_only=True)
@@ -44,21 +44,48 @@ class UsageLimits:
             )
 
 
-def add_response(usage: Usage, response: ModelResponse) -> None:
-    """Count one model response: its reported usage, and one request when the model reports none."""
-    usage.incr(response.usage)
-    if not response.usage.requests:
-        usage.requests += 1
+@dataclass(kw_only=True)
+class RunTotals:
+    """What a run's history adds up to: the run's usage, and the tool call ids the history used.
 
+    One rule (`add_all`) counts them, message by message: over a whole history when a run is
+    read back, and over each message a run appends. So a worker that holds a run's history
+    holds its totals too, and a resume counts only the new messages, not the whole history.
+    """
 
-def usage_of_run(messages: Sequence[ModelRequest | ModelResponse], run_id: str) -> Usage:
-    """Usage so far of this run, read from its history, so a resumed run keeps counting toward its limits."""
-    usage = Usage()
-    for message in messages:
-        if message.run_id != run_id:
-            continue
-        if isinstance(message, ModelResponse):
-            add_response(usage, message)
-        else:
-            usage.tool_calls += sum(1 for p in message.parts if isinstance(p, ToolReturnPart) and p.source == "tool")
-    return usage
+    run_id: str
+    """The run whose usage counts: a history may begin with another run's messages."""
+    usage: Usage = field(default_factory=Usage)
+    tool_call_ids: set[str] = field(default_factory=set)
+    """Every call id in the history, whichever run made it: a new call must not reuse one."""
+    count: int = 0
+    """How many messages are counted."""
+
+    @classmethod
+    def of(cls, messages: Iterable[ModelRequest | ModelResponse], run_id: str) -> RunTotals:
+        """The totals of a whole history."""
+        totals = cls(run_id=run_id)
+        totals.add_all(messages)
+        return totals
+
+    def add(self, message: ModelRequest | ModelResponse) -> None:
+        """Count one more message."""
+        self.add_all((message,))
+
+    def add_all(self, messages: Iterable[ModelRequest | ModelResponse]) -> None:
+        """Count more messages; a response the model reports no usage for counts as one request."""
+        usage, ids, run_id = self.usage, self.tool_call_ids, self.run_id
+        for message in messages:
+            self.count += 1
+            if isinstance(message, ModelResponse):
+                for part in message.parts:
+                    if part.part_kind == "tool-call":
+                        ids.add(part.tool_call_id)
+                if message.run_id == run_id:
+                    usage.incr(message.usage)
+                    if not message.usage.requests:
+                        usage.requests += 1
+            elif message.run_id == run_id:
+                for request_part in message.parts:
+                    if request_part.part_kind == "tool-return" and request_part.source == "tool":
+                        usage.tool_calls += 1

@@ -9,10 +9,13 @@ same worker paused it and resumes it, which is how a run lives with one worker p
 
 Prints the median per resume for N = 10, 200 and 1,000, and the ratio of 1,000 to 10.
 Needs the local PostgreSQL (APPROVALS_BENCH_PG_URL); creates and drops its own database.
+APPROVALS_BENCH_DATABASES picks the backends (default "postgresql,sqlite") and
+APPROVALS_BENCH_RUNS the runs per history length (default 25), to compare versions quickly.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +38,8 @@ from approvals.store import Actor, Approve, Database, Store
 from approvals.store.migrate import upgrade
 
 HISTORIES = (10, 200, 1000)
-RUNS = 25
+RUNS = int(os.environ.get("APPROVALS_BENCH_RUNS", "25"))
+DATABASES = os.environ.get("APPROVALS_BENCH_DATABASES", "postgresql,sqlite").split(",")
 TEXT = "x" * 200
 SERVICE = Actor("svc", "reviewer")
 REVIEWER = Actor("rev", "reviewer")
@@ -129,15 +133,17 @@ async def bench(url: str, label: str) -> None:
 
 
 def main() -> None:
-    pg_url = create_pg_database()
-    try:
-        anyio.run(bench, pg_url, "postgresql")
-    finally:
-        drop_pg_database(pg_url)
-    with tempfile.TemporaryDirectory() as tmp:
-        sqlite_url = f"sqlite:///{tmp}/resume.db"
-        upgrade(sqlite_url)
-        anyio.run(bench, sqlite_url, "sqlite")
+    if "postgresql" in DATABASES:
+        pg_url = create_pg_database()
+        try:
+            anyio.run(bench, pg_url, "postgresql")
+        finally:
+            drop_pg_database(pg_url)
+    if "sqlite" in DATABASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            sqlite_url = f"sqlite:///{tmp}/resume.db"
+            upgrade(sqlite_url)
+            anyio.run(bench, sqlite_url, "sqlite")
 
 
 if __name__ == "__main__":

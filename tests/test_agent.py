@@ -41,6 +41,7 @@ from approvals.messages import (
 )
 from approvals.models import AgentInfo, FunctionModel, TestModel
 from approvals.models.test import ScriptStep
+from approvals.usage import RunTotals
 
 pytestmark = pytest.mark.anyio
 
@@ -660,3 +661,50 @@ async def test_requests_a_model_does_not_report_still_count_after_a_pause() -> N
     finished = await agent.run(message_history=history, deferred_tool_results=approved)
     assert finished.output == "done"
     assert steps == [1, 1]  # each resume ran the approved call at the step of the request that asked, not 0
+
+
+async def test_a_runs_totals_are_those_of_its_whole_history_and_held_ones_give_the_same_run() -> None:
+    """Counted message by message as the run goes, the totals equal those counted from its whole history;
+    handing held totals in (as a worker does) runs it exactly as counting them from the history."""
+    shop = Shop()
+    agent, paused = await paused_run(shop)  # two safe calls ran, two wait
+    assert paused.totals == RunTotals.of(paused.all_messages(), paused.run_id)
+    assert paused.totals.usage == paused.usage and paused.totals.usage.tool_calls == 2
+    big_refund, delete = paused.output.approvals
+    decisions = DeferredToolResults(
+        approvals={big_refund.tool_call_id: True, delete.tool_call_id: ToolAnswered(content="Deleted by hand.")}
+    )
+    history = paused.all_messages()
+    counted = await agent.run(deps=Shop(), message_history=history, deferred_tool_results=decisions)
+    held = await agent.run(
+        deps=Shop(), message_history=history, deferred_tool_results=decisions, history_totals=paused.totals
+    )
+    assert held.totals is paused.totals  # taken over and counted on, not copied
+    assert held.output == counted.output
+    assert held.totals == counted.totals == RunTotals.of(held.all_messages(), held.run_id)
+    assert held.usage.tool_calls == 3  # the approved refund ran; the answered call did not
+
+
+async def test_held_totals_of_another_history_are_refused() -> None:
+    shop = Shop()
+    agent, paused = await paused_run(shop)
+    with pytest.raises(UserError, match="history_totals count 0 messages"):
+        await agent.run(
+            deps=shop,
+            message_history=paused.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(paused.output.tool_call_ids, True)),
+            history_totals=RunTotals(run_id=paused.run_id),
+        )
+
+
+async def test_a_call_id_used_before_in_the_run_or_twice_in_a_response_is_renewed() -> None:
+    def reuse(messages: Sequence[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) > 3:
+            return ModelResponse(parts=[TextPart(content="done")])
+        call = ToolCallPart(tool_name="lookup_order", args={"order_id": "A-1"}, tool_call_id="same")
+        return ModelResponse(parts=[call, call])
+
+    result = await make_agent(FunctionModel(reuse), Shop()).run("go", deps=Shop())
+    ids = [c.tool_call_id for m in result.all_messages() if isinstance(m, ModelResponse) for c in m.tool_calls]
+    assert len(ids) == 4 and len(set(ids)) == 4 and ids[0] == "same"
+    assert result.totals.tool_call_ids == set(ids)

@@ -10,13 +10,24 @@ from pathlib import Path
 import anyio
 import pytest
 
-from approvals import Agent, LeaseLost, Tool
+from approvals import Agent, LeaseLost, RunContext, Tool, UsageLimits
 from approvals.deferred import DeferredToolRequests
-from approvals.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from approvals.history_cache import HistoryCache
+from approvals.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    Usage,
+    UserPromptPart,
+)
 from approvals.models import FunctionModel
 from approvals.models.function import AgentInfo
 from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
+from approvals.usage import RunTotals
 
 from .agents import Gate, email_agent, shop_agent, slow_agent
 from .conftest import connections_in_use, record_refused_writes
@@ -320,3 +331,76 @@ async def test_a_worker_resumes_from_the_history_it_holds_and_reads_what_others_
     assert seen == [1, 3, 5]  # the model saw the whole history every time
     assert [m.kind for m in stored] == ["request", "response"] * 3
     assert run.message_count == len(stored) and a.histories.known() == {}
+
+
+def test_a_held_history_counts_only_the_messages_added_since() -> None:
+    """`take` folds only `newer` into the held totals, and they equal the totals counted from scratch."""
+    before: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="go")], run_id="r"),
+        ModelResponse(parts=[ToolCallPart(tool_name="act", args={}, tool_call_id="a")], run_id="r"),
+    ]
+    newer: list[ModelMessage] = [
+        ModelRequest(parts=[ToolReturnPart(tool_name="act", content=1, tool_call_id="a")], run_id="r"),
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="act", args={}, tool_call_id="b")],
+            usage=Usage(requests=1, input_tokens=7, output_tokens=3),
+            run_id="r",
+        ),
+    ]
+    cache = HistoryCache()
+    cache.keep("r", list(before), RunTotals.of(before, "r"))
+    assert cache.known() == {"r": 2}
+    taken = cache.take("r", 2, newer)
+    assert taken is not None
+    messages, totals = taken
+    assert messages == before + newer
+    assert totals == RunTotals.of(before + newer, "r")
+    assert (totals.usage.requests, totals.usage.total_tokens, totals.usage.tool_calls) == (2, 10, 1)
+    assert totals.tool_call_ids == {"a", "b"}
+    assert cache.known() == {}  # its resume owns it until it is kept again
+    cache.keep("r", messages, totals)
+    assert cache.take("r", 3, newer[1:]) is None  # not exactly the held messages: read and counted whole
+    with pytest.raises(ValueError, match="totals of 2 messages"):
+        cache.keep("r", before + newer, RunTotals.of(before, "r"))
+
+
+@pytest.mark.parametrize(
+    ("limits", "refusal", "steps"),
+    [
+        (UsageLimits(request_limit=3), "request limit of 3", [1, 2, 3]),
+        (UsageLimits(total_tokens_limit=40), "total_tokens_limit of 40", [1, 2]),
+        (UsageLimits(tool_calls_limit=2), "tool_calls_limit of 2", [1, 2]),
+    ],
+)
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+async def test_usage_limits_and_run_step_hold_across_pauses_whether_the_worker_holds_the_run_or_not(
+    store: Store, warm: bool, limits: UsageLimits, refusal: str, steps: list[int]
+) -> None:
+    """A worker holding the run counts on from its held totals; a fresh one counts the stored history: same run."""
+    ran_at: list[int] = []
+
+    def ask(messages: Sequence[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked = sum(1 for m in messages if isinstance(m, ModelResponse))
+        call = ToolCallPart(tool_name="act", args={"n": asked}, tool_call_id=f"act-{asked}")
+        return ModelResponse(parts=[call], usage=Usage(requests=1, input_tokens=10, output_tokens=5))
+
+    def act(ctx: RunContext[None], n: int) -> int:
+        """Act."""
+        ran_at.append(ctx.run_step)
+        return n
+
+    agent: Agent[None] = Agent(
+        FunctionModel(ask), name="counted", tools=[Tool(act, requires_approval=True)], usage_limits=limits
+    )
+    worker = Resumer(store, AgentRegistry([agent]), worker_id="w")
+    run_id = await store.start_run("counted", "go", actor=SERVICE)
+    await worker.resume(run_id)
+    while (run := await store.get_run(run_id)).status == "awaiting_approval":
+        assert worker.histories.known() == {run_id: run.message_count}
+        [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
+        await store.decide(call.id, Approve(), actor=ALICE)
+        if not warm:
+            worker = Resumer(store, AgentRegistry([agent]), worker_id="w")  # holds nothing of the run
+        await worker.resume(run_id)
+    assert run.status == "failed" and run.error is not None and refusal in run.error, run.error
+    assert ran_at == steps  # each approved call ran at the step of the request that asked for it

@@ -41,6 +41,7 @@ from langgraph.types import Command, interrupt
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Database, Store
 from approvals.store.migrate import upgrade
+from approvals.usage import RunTotals
 
 HISTORY = 200
 CYCLES = int(os.environ.get("BENCH_CYCLES", "20"))
@@ -118,7 +119,8 @@ async def approvals_cycles(url: str) -> tuple[list[float], list[float], list[flo
 
     warm_worker = Resumer(store, AgentRegistry([agent]), worker_id="warm")
     for run_id in warm_runs:  # the worker that paused the run resumes it: it holds its history
-        warm_worker.histories.keep(run_id, await store.load_history(run_id))
+        history = await store.load_history(run_id)
+        warm_worker.histories.keep(run_id, history, RunTotals.of(history, run_id))
     warm: list[float] = []
     cold: list[float] = []
     for i in range(CYCLES):  # interleaved, so both see the same database (its WAL, its caches)

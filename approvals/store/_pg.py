@@ -90,9 +90,13 @@ async def pooled_connection(db: Database) -> AsyncIterator[psycopg.AsyncConnecti
     """A pooled connection in autocommit mode: each statement (a function call) is its own transaction.
 
     Errors our functions raise on purpose (SQLSTATE class AP) come out as they are; other
-    driver errors as SQLAlchemy's, as on the ORM path. Cancellation waits for the statement.
+    driver errors, also a failure to connect, as SQLAlchemy's, as on the ORM path.
+    Cancellation waits for the statement.
     """
-    pooled = await greenlet_spawn(db.engine.sync_engine.pool.connect)
+    try:
+        pooled = await greenlet_spawn(db.engine.sync_engine.pool.connect)
+    except psycopg.Error as exc:  # no connection could be made: the server is down, say (the caller's 503)
+        raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
     try:
         with anyio.CancelScope(shield=True):
             connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)

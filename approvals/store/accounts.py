@@ -7,7 +7,9 @@ Every change is audited. The plaintext of a token exists only in the return valu
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -19,8 +21,11 @@ from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
 from .states import ROLE_RANK, Role, is_role
+from .token_cache import TokenCache
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _check_role(role: str) -> Role:
@@ -29,8 +34,28 @@ def _check_role(role: str) -> Role:
     return role
 
 
+def _forgets_verified_tokens(
+    method: Callable[Concatenate[AccountOps, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[AccountOps, _P], Coroutine[Any, Any, _R]]:
+    """After `method` changed users or tokens, every token is looked up again (`token_cache`'s rule)."""
+
+    @functools.wraps(method)
+    async def forgetting(self: AccountOps, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            self.verified_tokens.clear()
+
+    return forgetting
+
+
 class AccountOps(StoreBase):
     """User and token operations."""
+
+    @functools.cached_property
+    def verified_tokens(self) -> TokenCache:
+        """Tokens `token_actor` verified a moment ago; see `token_cache` for how stale they may be."""
+        return TokenCache()
 
     async def create_user(
         self, username: str, password: str | None, *, role: str, actor: Actor, groups: list[str] | None = None
@@ -77,6 +102,7 @@ class AccountOps(StoreBase):
         ok = await verify_password_async(row.password_hash if row else None, password)
         return row if ok and row is not None and not row.disabled else None
 
+    @_forgets_verified_tokens
     async def update_user(
         self,
         username: str,
@@ -153,13 +179,23 @@ class AccountOps(StoreBase):
 
     async def token_actor(self, token: str) -> Actor | None:
         """The actor a bearer token stands for, or None for an unknown or revoked one, or one whose user
-        is gone or disabled."""
+        is gone or disabled; a token verified within `TOKEN_CACHE_SECONDS` is not looked up again."""
+        token_hash = hash_token(token)
+        actor = self.verified_tokens.get(token_hash)
+        if actor is None:
+            generation = self.verified_tokens.generation
+            actor = await self._look_up_token(token_hash)
+            if actor is not None:
+                self.verified_tokens.put(token_hash, actor, generation=generation)
+        return actor
+
+    async def _look_up_token(self, token_hash: str) -> Actor | None:
         async with self.db.read() as session:
             found = (
                 await session.execute(
                     select(ApiTokenRow, UserRow)
                     .outerjoin(UserRow, UserRow.username == ApiTokenRow.username)
-                    .where(ApiTokenRow.token_hash == hash_token(token), ApiTokenRow.revoked_at.is_(None))
+                    .where(ApiTokenRow.token_hash == token_hash, ApiTokenRow.revoked_at.is_(None))
                 )
             ).one_or_none()
         if found is None:
@@ -184,6 +220,7 @@ class AccountOps(StoreBase):
         async with self.db.read() as session:
             return list((await session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.id))).all())
 
+    @_forgets_verified_tokens
     async def revoke_token(self, token_id: int, *, actor: Actor) -> None:
         if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not revoke tokens")

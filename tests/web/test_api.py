@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import fastapi.dependencies.utils
+import fastapi.routing
 import httpx
 import pytest
+from starlette.concurrency import run_in_threadpool
 
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Database, Store
@@ -265,6 +268,27 @@ async def test_a_second_decision_is_a_409_that_names_who_decided(web: WebApp, tm
         assert problem["decided_by"] == "api-reviewer" and "api-reviewer" in problem["detail"]
         assert problem["status_now"] == "approved"
         assert (await api.get(f"/api/calls/{refund}")).json()["status"] == "approved"
+
+
+async def test_no_dependency_of_a_decision_runs_in_a_worker_thread(
+    web: WebApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastAPI runs a plain `def` dependency or endpoint in a worker thread: a hop there and back per request."""
+    _, calls = await paused_run(web, tmp_path)
+    hops: list[object] = []
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func)
+        return await run_in_threadpool(func, *args, **kwargs)
+
+    for module in (fastapi.dependencies.utils, fastapi.routing):  # where FastAPI sends sync dependencies and routes
+        monkeypatch.setattr(module, "run_in_threadpool", counted)
+    async with web.api("reviewer") as api:
+        assert (await api.get("/api/me")).status_code == 200
+        assert (await api.get("/api/calls")).status_code == 200
+        decided = await api.post(f"/api/calls/{calls['refund']['id']}/decision", json={"verdict": "approve"})
+        assert decided.status_code == 200, decided.text
+    assert hops == []
 
 
 async def test_an_approval_of_arguments_that_changed_is_a_409(web: WebApp, tmp_path: Path) -> None:

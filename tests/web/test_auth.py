@@ -13,7 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from approvals.resumer import AgentRegistry
-from approvals.store import SYSTEM, Actor
+from approvals.store import SYSTEM, Actor, Database, Store
+from approvals.store.token_cache import TOKEN_CACHE_SECONDS
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
@@ -203,6 +204,40 @@ async def test_a_revoked_token_is_a_401(web: WebApp) -> None:
             assert response.headers["content-type"] == "application/problem+json"
             assert response.headers["www-authenticate"] == "Bearer"
     assert (await web.store.list_runs()).items == []
+
+
+async def test_a_token_revoked_by_another_process_stops_working_within_the_cache_bound(
+    web: WebApp, db_url: str
+) -> None:
+    clock = [0.0]
+    web.store.verified_tokens.clock = lambda: clock[0]
+    token = await web.store.create_token("ci", role="reviewer", actor=SYSTEM)
+    elsewhere = Store(Database(db_url))  # `approvals tokens revoke` in another process: this app's store hears nothing
+    try:
+        async with web.client(headers={"Authorization": f"Bearer {token}"}) as api:
+            assert await whoami(api) == "token:ci:reviewer"
+            [row] = [t for t in await elsewhere.list_tokens() if t.name == "ci"]
+            await elsewhere.revoke_token(row.id, actor=SYSTEM)
+            clock[0] += TOKEN_CACHE_SECONDS - 0.5
+            assert await whoami(api) == "token:ci:reviewer", "verified a moment ago, so not looked up again"
+            clock[0] += 0.5
+            started = await api.post("/api/runs", json={"agent": "shop", "prompt": "x"})
+            for response in (await api.get("/api/me"), started):
+                assert response.status_code == 401
+                assert response.headers["www-authenticate"] == "Bearer"
+    finally:
+        await elsewhere.db.dispose()
+    assert (await web.store.list_runs()).items == []
+
+
+async def test_a_change_to_a_tokens_person_in_this_process_applies_at_once(web: WebApp) -> None:
+    bobs = await web.store.create_token("bob-cli", role="reviewer", actor=SYSTEM, user="bob")
+    async with web.client(headers={"Authorization": f"Bearer {bobs}"}) as api:
+        assert await whoami(api) == "bob:reviewer"
+        await web.store.update_user("bob", role="viewer", actor=SYSTEM)
+        assert await whoami(api) == "bob:viewer"
+        response = await api.post("/api/runs", json={"agent": "shop", "prompt": "x"})
+        assert response.status_code == 403, response.text
 
 
 @pytest.mark.parametrize("header", ["Bearer apv_made-up", "Bearer ", "Basic YWxpY2U6cHc=", "bearer"])

@@ -50,7 +50,9 @@ async def test_while_postgresql_is_down_clients_get_503_and_readyz_says_not_read
                 assert down.headers["content-type"] == "application/problem+json"
                 assert down.headers["retry-after"] == "5"
                 assert down.json()["title"] == "Database unavailable"
-                decision = await client.post("/api/calls/nope/decision", json={"verdict": "approve"})
+                # a denial, which a service token may give: its approval is refused (403) without the database
+                deny = {"verdict": "deny", "reason": "no"}
+                decision = await client.post("/api/calls/nope/decision", json=deny)
                 assert decision.status_code == 503, decision.text
                 not_ready = await client.get("/readyz")
                 assert not_ready.status_code == 503

@@ -32,6 +32,11 @@ def app_context(request: Request) -> AppContext:
     return context
 
 
+async def context_dependency(request: Request) -> AppContext:
+    """`app_context` for `Depends`: FastAPI runs a plain `def` dependency in a worker thread, a hop per request."""
+    return app_context(request)
+
+
 def csrf_token(request: Request) -> str:
     """The session's CSRF token, created on first use."""
     token = request.session.get(SESSION_CSRF)
@@ -126,4 +131,4 @@ AuditReadAPI = Annotated[Actor, require("viewer", scope="audit:read")]
 ViewerPage = Annotated[Actor, require("viewer", html=True)]
 ReviewerPage = Annotated[Actor, require("reviewer", html=True)]
 AdminPage = Annotated[Actor, require("admin", html=True)]
-ContextDep = Annotated[AppContext, Depends(app_context)]
+ContextDep = Annotated[AppContext, Depends(context_dependency)]

@@ -52,7 +52,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class SystemPromptPart:
     """Instructions for the model, sent first."""
 
@@ -61,7 +61,7 @@ class SystemPromptPart:
     part_kind: Literal["system-prompt"] = "system-prompt"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class UserPromptPart:
     """What the user asked."""
 
@@ -70,7 +70,7 @@ class UserPromptPart:
     part_kind: Literal["user-prompt"] = "user-prompt"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ToolReturnPart:
     """The result of a tool call, sent back to the model."""
 
@@ -88,7 +88,7 @@ class ToolReturnPart:
     part_kind: Literal["tool-return"] = "tool-return"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class RetryPromptPart:
     """Tells the model what was wrong with a tool call or its output, so it can try again."""
 
@@ -99,7 +99,7 @@ class RetryPromptPart:
     part_kind: Literal["retry-prompt"] = "retry-prompt"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ToolDeniedPart:
     """A person refused a tool call; the model reads this instead of a result."""
 
@@ -111,7 +111,7 @@ class ToolDeniedPart:
     part_kind: Literal["tool-denied"] = "tool-denied"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class TextPart:
     """Text from the model."""
 
@@ -119,7 +119,7 @@ class TextPart:
     part_kind: Literal["text"] = "text"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ThinkingPart:
     """The model's reasoning, as the provider returned it.
 
@@ -137,7 +137,7 @@ class ThinkingPart:
     part_kind: Literal["thinking"] = "thinking"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ToolCallPart:
     """The model asks to call a tool."""
 
@@ -173,7 +173,7 @@ ModelRequestPart: TypeAlias = Annotated[
 ModelResponsePart: TypeAlias = Annotated[TextPart | ThinkingPart | ToolCallPart, Discriminator("part_kind")]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Usage:
     """Token and request counts; adds up across a run."""
 
@@ -194,7 +194,7 @@ class Usage:
         self.tool_calls += other.tool_calls
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ModelRequest:
     """What is sent to the model: prompts, tool results, retry prompts, denials."""
 
@@ -203,7 +203,7 @@ class ModelRequest:
     kind: Literal["request"] = "request"
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ModelResponse:
     """What the model answered: text and tool calls."""
 

@@ -9,18 +9,20 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from ..exceptions import UserError
+from ._sqlite_direct import DirectConnection
 
 __all__ = ("Database", "json_text", "normalize_url")
 
@@ -99,18 +101,39 @@ class Database:
         """SQLite: one write transaction run whole in a worker thread; returns what `body` returns.
 
         Through aiosqlite every statement is a hop to its thread and back (most of a
-        short transaction's time); here the transaction is one hop. Committed when `body`
+        short transaction's time); here the transaction is one hop, and its statements
+        run straight on the `sqlite3` cursor (`DirectConnection`). Committed when `body`
         returns, rolled back if it raises. Writers in this process take turns on a lock
         before `BEGIN IMMEDIATE`, so they queue without SQLite's sleeping busy handler.
-        Cancellation waits for the transaction to end, as `write`'s does.
+        Cancellation waits for the transaction to end, as `write`'s does. Driver errors
+        come out as SQLAlchemy's, as from every other path.
         """
         engine = self.thread_engine
         if engine is None:
             raise RuntimeError("write_in_thread is for SQLite; PostgreSQL runs writes through its async driver")
 
         def transaction() -> T:
-            with self._thread_writer, engine.begin() as connection:
-                return body(connection)
+            with self._thread_writer:
+                pooled = engine.raw_connection()
+                try:
+                    connection = cast(sqlite3.Connection, pooled.driver_connection)
+                    connection.execute("BEGIN IMMEDIATE")
+                    try:
+                        # the hot path's statement functions call only what DirectConnection has
+                        result = body(cast(Connection, DirectConnection(connection, engine.dialect)))
+                        connection.commit()
+                    except BaseException:
+                        if connection.in_transaction:
+                            connection.rollback()
+                        raise
+                    return result
+                except sqlite3.Error as exc:
+                    if _broken_file(exc):  # as `handle_error` does for SQLAlchemy's statements
+                        pooled.invalidate()
+                        engine.dispose()
+                    raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
+                finally:
+                    pooled.close()
 
         return await anyio.to_thread.run_sync(transaction)
 
@@ -164,6 +187,16 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _broken_file(error: BaseException) -> bool:
+    """SQLite keeps a file's read-only or broken state per connection: one that saw it stays so.
+
+    Such an error is treated as a disconnect: the pool replaces that connection and every
+    one opened before it, so the file works again once it is writable again.
+    """
+    name = getattr(error, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"))
+
+
 def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:
 
     @event.listens_for(sync_engine, "connect")
@@ -178,11 +211,7 @@ def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:
 
     @event.listens_for(sync_engine, "handle_error")
     def on_error(context: Any) -> None:
-        # SQLite keeps a file's read-only or broken state per connection: a connection that
-        # saw it stays read-only after the file is writable again. Treated as a disconnect,
-        # the pool replaces that connection and every one opened before it.
-        name = getattr(context.original_exception, "sqlite_errorname", "") or ""
-        if name.startswith(("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN")):
+        if _broken_file(context.original_exception):
             context.is_disconnect = True
 
     if not write_lock:

@@ -156,7 +156,14 @@ class Database:
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
         if self.thread_engine is not None:
-            self.thread_engine.dispose()
+            # after the write in flight, if any: its connection would outlive the pool otherwise, and
+            # SQLite hands a connection's open file to new ones (a read-only file stays writable)
+            await anyio.to_thread.run_sync(self._dispose_thread_engine)
+
+    def _dispose_thread_engine(self) -> None:
+        with self._thread_writer:
+            if self.thread_engine is not None:
+                self.thread_engine.dispose()
 
 
 @asynccontextmanager

@@ -73,7 +73,7 @@ class Database:
             self.read_engine = create_async_engine(self.url, **options)
             _configure_sqlite(self.read_engine.sync_engine, write_lock=False)
             self.thread_engine = create_engine(self.sync_url, **options)
-            _configure_sqlite(self.thread_engine, write_lock=True)
+            _configure_sqlite(self.thread_engine, write_lock=False)  # write_in_thread begins its own
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
         """Sessions for writes: each transaction takes the write lock up front on SQLite."""
         self.read_sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(

@@ -89,44 +89,33 @@ _NOT_APPROVED = "AP002"
 async def pooled_connection(db: Database) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """A pooled connection in autocommit mode: each statement (a function call) is its own transaction.
 
+    It comes from the few kept in autocommit mode between calls (`AutocommitConnections`).
     Errors our functions raise on purpose (SQLSTATE class AP) come out as they are; other
     driver errors, also a failure to connect, as SQLAlchemy's, as on the ORM path.
     Cancellation waits for the statement.
     """
+    kept = db.autocommit_connections
+    if kept is None:
+        raise RuntimeError("pooled_connection is for PostgreSQL")
     try:
-        pooled = await greenlet_spawn(db.engine.sync_engine.pool.connect)
+        pooled, since = await kept.take()
     except psycopg.Error as exc:  # no connection could be made: the server is down, say (the caller's 503)
         raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
-    try:
-        with anyio.CancelScope(shield=True):
-            connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
-            try:
-                await connection.set_autocommit(True)
-                yield connection
-                await connection.set_autocommit(False)
-            except BaseException as exc:
-                if connection.broken:  # the server went away: its other pooled connections are gone too
-                    await greenlet_spawn(pooled.invalidate)
-                    await db.engine.dispose()
-                elif not await _back_to_transactions(connection):
-                    await greenlet_spawn(pooled.invalidate)
-                if not isinstance(exc, psycopg.Error) or (exc.sqlstate or "").startswith("AP"):
-                    raise
-                raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
-    finally:
-        with anyio.CancelScope(shield=True):
-            await greenlet_spawn(pooled.close)  # back to the pool
-
-
-async def _back_to_transactions(connection: psycopg.AsyncConnection[Any]) -> bool:
-    """Leave autocommit, as the pool hands connections out; False when the connection is in no state to."""
-    try:
-        if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            return False
-        await connection.set_autocommit(False)
-    except psycopg.Error:
-        return False
-    return True
+    connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
+    with anyio.CancelScope(shield=True):
+        try:
+            yield connection
+        except BaseException as exc:
+            if connection.broken:  # the server went away: its other connections are gone too
+                await greenlet_spawn(pooled.invalidate)
+                await kept.close()
+                await db.engine.dispose()
+            else:
+                await kept.give_back(pooled, since)
+            if not isinstance(exc, psycopg.Error) or (exc.sqlstate or "").startswith("AP"):
+                raise
+            raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
+        await kept.give_back(pooled, since)
 
 
 async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[str]) -> None:

@@ -83,10 +83,14 @@ def anyio_backend() -> str:
 
 
 def connections_in_use(store: Store) -> int:
-    """Connections checked out of the store's pool: none once every operation has ended."""
+    """Connections checked out of the store's pool and in use: none once every operation has ended.
+
+    The few PostgreSQL keeps in autocommit mode between calls are out of the pool but idle.
+    """
     pool = store.db.engine.pool
     assert isinstance(pool, QueuePool)
-    return pool.checkedout()
+    kept = store.db.autocommit_connections
+    return pool.checkedout() - (kept.idle if kept is not None else 0)
 
 
 async def execute(store: Store, sql: str, **params: object) -> None:

@@ -81,9 +81,9 @@ class StoreBase:
         """One transaction of plain synchronous statements (`body`); returns what `body` returns.
 
         The hot path's writes (claims, steps, pauses, decisions) are written this way: on
-        SQLite the whole transaction is one hop to a worker thread (`Database.write_in_thread`)
-        instead of one per statement; on PostgreSQL, whose hot path has its own functions,
-        the rare callers run it through the async driver.
+        SQLite the statements run straight on the `sqlite3` cursor, on the event loop's
+        thread when the write lock is free (`Database.write_statements`); on PostgreSQL,
+        whose hot path has its own functions, the rare callers run it through the async driver.
         """
 
         def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
@@ -93,7 +93,7 @@ class StoreBase:
             return tx, result
 
         if self.db.is_sqlite:
-            tx, result = await self.db.write_in_thread(whole)
+            tx, result = await self.db.write_statements(whole)
         else:
             async with self.db.write() as session:
                 tx, result = await session.run_sync(lambda sync_session: whole(sync_session.connection()))

@@ -9,20 +9,19 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from ..exceptions import UserError
-from ._sqlite_direct import DirectConnection
+from ._pg_connections import AutocommitConnections
+from ._sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
 
 __all__ = ("Database", "json_text", "normalize_url")
 
@@ -64,16 +63,20 @@ class Database:
             options.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         self.read_engine = self.engine
-        self.thread_engine: Engine | None = None
-        """SQLite: the same file through the plain `sqlite3` driver, for `write_in_thread`."""
-        self._thread_writer = threading.Lock()
+        self.autocommit_connections: AutocommitConnections | None = None
+        """PostgreSQL: the hot path's connections, kept in autocommit mode between calls."""
+        if self.dialect == "postgresql":
+            self.autocommit_connections = AutocommitConnections(self.engine, keep=pool_size // 2)
+        self.sqlite_writer: SQLiteWriter | None = None
+        """SQLite: the hot path's writes, through the plain `sqlite3` driver."""
         if self.is_sqlite:
             _configure_sqlite(self.engine.sync_engine, write_lock=True)
             # reads get their own pool without the write lock, so pages never wait behind writers (WAL)
             self.read_engine = create_async_engine(self.url, **options)
             _configure_sqlite(self.read_engine.sync_engine, write_lock=False)
-            self.thread_engine = create_engine(self.sync_url, **options)
-            _configure_sqlite(self.thread_engine, write_lock=False)  # write_in_thread begins its own
+            statements_engine = create_engine(self.sync_url, **options)
+            _configure_sqlite(statements_engine, write_lock=False)  # the writer begins its own
+            self.sqlite_writer = SQLiteWriter(statements_engine)
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
         """Sessions for writes: each transaction takes the write lock up front on SQLite."""
         self.read_sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
@@ -97,45 +100,11 @@ class Database:
         async with _transaction(self.sessions, shield=True) as session:
             yield session
 
-    async def write_in_thread(self, body: Callable[[Connection], T]) -> T:
-        """SQLite: one write transaction run whole in a worker thread; returns what `body` returns.
-
-        Through aiosqlite every statement is a hop to its thread and back (most of a
-        short transaction's time); here the transaction is one hop, and its statements
-        run straight on the `sqlite3` cursor (`DirectConnection`). Committed when `body`
-        returns, rolled back if it raises. Writers in this process take turns on a lock
-        before `BEGIN IMMEDIATE`, so they queue without SQLite's sleeping busy handler.
-        Cancellation waits for the transaction to end, as `write`'s does. Driver errors
-        come out as SQLAlchemy's, as from every other path.
-        """
-        engine = self.thread_engine
-        if engine is None:
-            raise RuntimeError("write_in_thread is for SQLite; PostgreSQL runs writes through its async driver")
-
-        def transaction() -> T:
-            with self._thread_writer:
-                pooled = engine.raw_connection()
-                try:
-                    connection = cast(sqlite3.Connection, pooled.driver_connection)
-                    connection.execute("BEGIN IMMEDIATE")
-                    try:
-                        # the hot path's statement functions call only what DirectConnection has
-                        result = body(cast(Connection, DirectConnection(connection, engine.dialect)))
-                        connection.commit()
-                    except BaseException:
-                        if connection.in_transaction:
-                            connection.rollback()
-                        raise
-                    return result
-                except sqlite3.Error as exc:
-                    if _broken_file(exc):  # as `handle_error` does for SQLAlchemy's statements
-                        pooled.invalidate()
-                        engine.dispose()
-                    raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
-                finally:
-                    pooled.close()
-
-        return await anyio.to_thread.run_sync(transaction)
+    async def write_statements(self, body: Callable[[Connection], T]) -> T:
+        """SQLite: one write transaction of plain statements (`SQLiteWriter`); returns what `body` returns."""
+        if self.sqlite_writer is None:
+            raise RuntimeError("write_statements is for SQLite; PostgreSQL runs writes through its async driver")
+        return await self.sqlite_writer.write(body)
 
     @property
     def is_sqlite(self) -> bool:
@@ -152,18 +121,13 @@ class Database:
 
     async def dispose(self) -> None:
         """Close all pooled connections."""
+        if self.autocommit_connections is not None:
+            await self.autocommit_connections.close()
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
-        if self.thread_engine is not None:
-            # after the write in flight, if any: its connection would outlive the pool otherwise, and
-            # SQLite hands a connection's open file to new ones (a read-only file stays writable)
-            await anyio.to_thread.run_sync(self._dispose_thread_engine)
-
-    def _dispose_thread_engine(self) -> None:
-        with self._thread_writer:
-            if self.thread_engine is not None:
-                self.thread_engine.dispose()
+        if self.sqlite_writer is not None:
+            await anyio.to_thread.run_sync(self.sqlite_writer.dispose)
 
 
 @asynccontextmanager
@@ -194,23 +158,13 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _broken_file(error: BaseException) -> bool:
-    """SQLite keeps a file's read-only or broken state per connection: one that saw it stays so.
-
-    Such an error is treated as a disconnect: the pool replaces that connection and every
-    one opened before it, so the file works again once it is writable again.
-    """
-    name = getattr(error, "sqlite_errorname", "") or ""
-    return name.startswith(("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"))
-
-
 def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:
 
     @event.listens_for(sync_engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout=10000")  # first, so the pragmas below wait for locks too
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # first, so the pragmas below wait for locks too
         cursor.execute("PRAGMA journal_mode=WAL")  # a no-op on a migrated file, which is WAL already
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -218,7 +172,7 @@ def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:
 
     @event.listens_for(sync_engine, "handle_error")
     def on_error(context: Any) -> None:
-        if _broken_file(context.original_exception):
+        if broken_file(context.original_exception):
             context.is_disconnect = True
 
     if not write_lock:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, and_, bindparam, func, or_, select, update
+from sqlalchemy import Row, Select, Update, and_, bindparam, func, or_, select, update
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
@@ -430,16 +430,31 @@ def _oldest_claimable(by_run: bool, by_agent: bool, dialect: str) -> Select[Any]
     return query
 
 
-LEASE_RUN = (
-    update(RunRow)
-    .where(RunRow.id == bindparam("run_id"))
-    .values(
-        status=RunStatus.RESUMING,
-        lease_owner=bindparam("new_owner"),
-        lease_expires_at=bindparam("lease_end"),
-        updated_at=bindparam("now"),
+_LEASE = {
+    "status": RunStatus.RESUMING,
+    "lease_owner": bindparam("new_owner"),
+    "lease_expires_at": bindparam("lease_end"),
+    "updated_at": bindparam("now"),
+}
+LEASE_RUN = update(RunRow).where(RunRow.id == bindparam("run_id")).values(_LEASE)
+
+
+@cache
+def _lease_oldest_if_ready(by_run: bool, by_agent: bool) -> Update:
+    """SQLite: lease the oldest claimable run in one statement when it is a ready one (the usual case).
+
+    When it is a dead worker's, nothing changes and the claim takes the careful path, which
+    settles what that worker left behind first.
+    """
+    oldest = _oldest_claimable(by_run, by_agent, "sqlite").with_only_columns(RunRow.id).scalar_subquery()
+    return (
+        update(RunRow)
+        .where(RunRow.id == oldest, RunRow.status == RunStatus.READY)
+        .values(_LEASE)
+        .returning(*_CLAIMABLE_RUN_COLUMNS)
     )
-)
+
+
 MESSAGES_FROM = (
     select(STORED_TEXT, MessageRow.format_version)
     .where(MessageRow.run_id == bindparam("run_id"), MessageRow.seq >= bindparam("seq"))
@@ -457,15 +472,22 @@ def _claim_oldest(tx: Tx, ask: _Claim) -> ClaimedRun | object | None:
     was a dead worker's whose calls now wait for a person.
     """
     now = utcnow()
-    filters = {"now": now, "run_id": ask.run_id, "agent_names": ask.agent_names}
-    query = _oldest_claimable(ask.run_id is not None, ask.agent_names is not None, tx.session.dialect.name)
-    run = tx.session.execute(query, {k: v for k, v in filters.items() if v is not None}).one_or_none()
-    if run is None:
-        return None
-    if run.status == RunStatus.RESUMING and _recover_crashed(tx, run.id, now):
-        return _HANDED_BACK
     lease_end = now + dt.timedelta(seconds=ask.lease_seconds)
-    tx.session.execute(LEASE_RUN, {"run_id": run.id, "new_owner": ask.worker_id, "lease_end": lease_end, "now": now})
+    given = {"now": now, "run_id": ask.run_id, "agent_names": ask.agent_names}
+    filters = {k: v for k, v in given.items() if v is not None}
+    by_run, by_agent = ask.run_id is not None, ask.agent_names is not None
+    run = None
+    if tx.session.dialect.name == "sqlite":
+        lease = {**filters, "new_owner": ask.worker_id, "lease_end": lease_end}
+        run = tx.session.execute(_lease_oldest_if_ready(by_run, by_agent), lease).one_or_none()
+    if run is None:
+        run = tx.session.execute(_oldest_claimable(by_run, by_agent, tx.session.dialect.name), filters).one_or_none()
+        if run is None:
+            return None
+        if run.status == RunStatus.RESUMING and _recover_crashed(tx, run.id, now):
+            return _HANDED_BACK
+        lease = {"run_id": run.id, "new_owner": ask.worker_id, "lease_end": lease_end, "now": now}
+        tx.session.execute(LEASE_RUN, lease)
     tx.record(run_event(ask.worker_id, "run.resumed", run.id, run.agent_name, at=now))
     tx.announce(RUNS_CHANNEL, run.id)
     history: list[ModelMessage] = []

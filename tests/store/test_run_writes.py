@@ -190,6 +190,28 @@ async def test_claims_look_for_dead_workers_runs_at_most_once_a_second_while_run
     assert await store.claim("w1") is None
 
 
+async def test_sqlite_claims_take_the_oldest_claimable_run_first_ready_or_a_dead_workers(store: Store) -> None:
+    """A ready run is leased in one statement, but never ahead of an older run whose worker died."""
+    if not store.db.is_sqlite:
+        pytest.skip("PostgreSQL looks for dead workers' runs at most once a second (above)")
+    dead_worker = Store(store.db)  # another process's store
+    ready_first = await store.start_run("mailer", "mail", actor=SERVICE)
+    stale = await store.start_run("mailer", "mail", actor=SERVICE)
+    assert (await dead_worker.claim("dead-worker", run_id=stale, lease_seconds=0.1)) is not None
+    await anyio.sleep(0.2)  # its lease runs out; leasing it made it newer than `ready_first`
+    ready_last = await store.start_run("mailer", "mail", actor=SERVICE)
+
+    claims = [await store.claim("w1") for _ in range(4)]
+    assert [c.run_id if c else None for c in claims] == [ready_first, stale, ready_last, None]
+    recovered = await store.get_run(stale)
+    assert (recovered.status, recovered.lease_owner) == ("resuming", "w1")
+    events = (await store.audit_events(run_id=stale, newest_first=False)).items
+    assert [(e.action, e.actor) for e in events if e.action == "run.resumed"] == [
+        ("run.resumed", "dead-worker"),
+        ("run.resumed", "w1"),
+    ]
+
+
 async def test_a_claim_sends_only_the_messages_a_worker_lacks(store: Store) -> None:
     run_id = await store.start_run("shop", "go", actor=Actor("svc", "reviewer"))
     await store.claim("w1", run_id=run_id, lease_seconds=60)

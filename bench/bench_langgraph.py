@@ -12,7 +12,8 @@ the tool again, and the run pauses again; it is resumed with a second approval a
   one that never saw it ("cold"); our decisions are timed apart, as LangGraph's resume
   value is its decision.
 
-Prints the median cycle of each and the ratio. `make bench` installs the bench group.
+The three kinds of cycle take turns, one of each at a time, so a change in the machine's
+load meets all of them alike. Prints the median cycle of each and the ratio. `make bench` installs the bench group.
 """
 
 from __future__ import annotations
@@ -84,22 +85,29 @@ def prior() -> list[dict[str, Any]]:
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": TEXT} for i in range(HISTORY)]
 
 
-def langgraph_cycles(checkpointer: Any) -> list[float]:
-    app = langgraph_app(checkpointer)
-    times = []
-    for index in range(CYCLES):
-        config = {"configurable": {"thread_id": f"t{index}"}}
-        app.invoke({"messages": prior()}, config)  # runs to the first interrupt: the paused run
+class LangGraphCycles:
+    """LangGraph's side: threads paused at their first interrupt, resumed one cycle at a time."""
+
+    def __init__(self, checkpointer: Any) -> None:
+        self.app = langgraph_app(checkpointer)
+        self.threads = []
+        for index in range(CYCLES):
+            config = {"configurable": {"thread_id": f"t{index}"}}
+            self.app.invoke({"messages": prior()}, config)  # runs to the first interrupt: the paused run
+            self.threads.append(config)
+
+    def cycle(self, index: int) -> float:
+        config = self.threads[index]
         start = time.perf_counter()
-        app.invoke(Command(resume="approved"), config)  # resume -> pause
-        app.invoke(Command(resume="approved"), config)  # resume -> finish
-        times.append((time.perf_counter() - start) * 1000)
-        assert app.get_state(config).values["messages"][-1]["content"] == "done"
-    return times
+        self.app.invoke(Command(resume="approved"), config)  # resume -> pause
+        self.app.invoke(Command(resume="approved"), config)  # resume -> finish
+        elapsed = (time.perf_counter() - start) * 1000
+        assert self.app.get_state(config).values["messages"][-1]["content"] == "done"
+        return elapsed
 
 
-async def approvals_cycles(url: str) -> tuple[list[float], list[float], list[float]]:
-    """Our cycle with a warm worker, with a cold one, and the two decisions of a cycle."""
+async def side_by_side(url: str, theirs: LangGraphCycles) -> tuple[list[float], list[float], list[float], list[float]]:
+    """LangGraph's cycle, ours with a warm worker and with a cold one, interleaved; and our decisions."""
     database = Database(url)
     store = Store(database)
     warm_runs = await paused_runs(store, HISTORY)
@@ -122,13 +130,15 @@ async def approvals_cycles(url: str) -> tuple[list[float], list[float], list[flo
     for run_id in warm_runs:  # the worker that paused the run resumes it: it holds its history
         history = await store.load_history(run_id)
         warm_worker.histories.keep(run_id, history, RunTotals.of(history, run_id))
+    langgraph: list[float] = []
     warm: list[float] = []
     cold: list[float] = []
-    for i in range(CYCLES):  # interleaved, so both see the same database (its WAL, its caches)
+    for i in range(CYCLES):  # interleaved, so all three meet the same machine (its load, its disk)
+        langgraph.append(theirs.cycle(i))
         warm.append(await cycle(warm_worker, warm_runs[i]))
         cold.append(await cycle(Resumer(store, AgentRegistry([agent]), worker_id=f"cold{i}"), cold_runs[i]))
     await database.dispose()
-    return warm, cold, decisions
+    return langgraph, warm, cold, decisions
 
 
 def report(label: str, theirs: list[float], warm: list[float], cold: list[float], decisions: list[float]) -> None:
@@ -144,19 +154,15 @@ def main() -> None:
     assert REVIEWER  # the reviewer bench_resume approves as
     with tempfile.TemporaryDirectory() as tmp:
         connection = sqlite3.connect(f"{tmp}/langgraph.db", check_same_thread=False)
-        theirs = langgraph_cycles(SqliteSaver(connection))
-        connection.close()
         url = f"sqlite:///{tmp}/approvals.db"
         upgrade(url)
-        warm, cold, decisions = anyio.run(approvals_cycles, url)
-        report("sqlite", theirs, warm, cold, decisions)
+        report("sqlite", *anyio.run(side_by_side, url, LangGraphCycles(SqliteSaver(connection))))
+        connection.close()
     pg_url = create_pg_database()
     try:
         with PostgresSaver.from_conn_string(pg_url) as saver:
             saver.setup()
-            theirs = langgraph_cycles(saver)
-        warm, cold, decisions = anyio.run(approvals_cycles, pg_url)
-        report("postgresql", theirs, warm, cold, decisions)
+            report("postgresql", *anyio.run(side_by_side, pg_url, LangGraphCycles(saver)))
     finally:
         drop_pg_database(pg_url)
 

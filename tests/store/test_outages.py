@@ -287,34 +287,40 @@ def small_filesystem(size: str = "8m") -> Iterator[Path]:
 
 
 async def test_sqlite_read_only_for_a_while_then_writable_again(tmp_path: Path) -> None:
-    """SQLite opens a read-only file read-only for good: such connections must be replaced once it is writable."""
+    """SQLite opens a read-only file read-only for good: such connections must be replaced once it is writable.
+
+    The file is made read-only between two workers: while any connection of this process
+    stays open, SQLite hands the files of closed ones (opened writable) to new connections,
+    so a worker polling through `dispose()` could keep writing to a read-only file.
+    """
     path = tmp_path / "approvals.db"
     url = f"sqlite:///{path}"
     upgrade(url)
     database = Database(url)
     store = Store(database)
     try:
-        async with worker(store, expire_interval=0.2):
+        async with worker(store):
             run_id = await paused_mail_run(store, tmp_path)
-            [call] = await store.run_calls(run_id)
-            if (await anyio.run_process(["chattr", "+i", str(path)], check=False)).returncode != 0:
-                pytest.skip("cannot make a file immutable here (chattr needs root and ext4)")
-            try:
-                # every connection is opened anew: while one stays open, SQLite shares its file with new ones
-                await database.dispose()
+        [call] = await store.run_calls(run_id)
+        if (await anyio.run_process(["chattr", "+i", str(path)], check=False)).returncode != 0:
+            pytest.skip("cannot make a file immutable here (chattr needs root and ext4)")
+        try:
+            await database.dispose()  # every connection is opened anew, read-only
+            async with worker(store, expire_interval=0.2):
                 await anyio.sleep(1)  # the worker's expiry and claims meet it too
                 with pytest.raises(OperationalError, match="readonly") as refused:
                     await store.decide(call.id, Approve(), actor=ALICE)
                 assert is_transient(refused.value), refused.value
-            finally:
                 await anyio.run_process(["chattr", "-i", str(path)])
-            attempts = 0
-            while (await store.get_call(call.id)).status == "pending":
-                attempts += 1  # a stale connection may be met once; it and those opened before it are replaced
-                assert attempts <= 2, "connections opened while the file was read-only are still in use"
-                with contextlib.suppress(OperationalError):
-                    await store.decide(call.id, Approve(), actor=ALICE)
-            await until(lambda: status_is(store, run_id, "completed"), "the worker to finish the run", 30)
+                attempts = 0
+                while (await store.get_call(call.id)).status == "pending":
+                    attempts += 1  # a stale connection may be met once; it and those opened before it are replaced
+                    assert attempts <= 2, "connections opened while the file was read-only are still in use"
+                    with contextlib.suppress(OperationalError):
+                        await store.decide(call.id, Approve(), actor=ALICE)
+                await until(lambda: status_is(store, run_id, "completed"), "the worker to finish the run", 30)
+        finally:
+            await anyio.run_process(["chattr", "-i", str(path)])
     finally:
         await database.dispose()
 

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 import jsonschema
 import pydantic
@@ -231,13 +231,7 @@ def function_schema(
         description = None if _has_description(annotation) else doc.parameters.get(param.name)
         if require_parameter_descriptions and description is None and not _has_description(annotation):
             problems.append(f"parameter {param.name!r} has no description in the docstring")
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        extras: dict[str, Any] = {}
-        if field_name != param.name:
-            extras["alias"] = param.name
-        if description is not None:
-            extras["description"] = description
-        fields[field_name] = (annotation, Field(default, **extras))
+        fields[field_name] = (annotation, _field(param, field_name, description))
         arg_params.append(_Param(param.name, field_name, param.kind is inspect.Parameter.POSITIONAL_ONLY))
 
     if problems:
@@ -265,6 +259,23 @@ def function_schema(
         problems.extend(_blame_parameters(fields, exc))
         return FunctionSchema(None, doc.description, takes_ctx, problems)
     return FunctionSchema(args if not problems else None, doc.description, takes_ctx, problems)
+
+
+def _field(param: inspect.Parameter, field_name: str, description: str | None) -> FieldInfo:
+    """The parameter's field: its default, or its own `Field(...)` when the default is one.
+
+    A `Field`'s description wins over the docstring's, as in pydantic-ai.
+    """
+    extras: dict[str, Any] = {}
+    if field_name != param.name:
+        extras["alias"] = param.name
+    if isinstance(param.default, FieldInfo):
+        if param.default.description is None and description is not None:
+            extras["description"] = description
+        return FieldInfo.merge_field_infos(param.default, **extras) if extras else param.default
+    if description is not None:
+        extras["description"] = description
+    return cast(FieldInfo, Field(... if param.default is inspect.Parameter.empty else param.default, **extras))
 
 
 def _type_hints(function: Callable[..., Any], problems: list[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ worker deciding what to hand it) reads these answers from the stored history.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .messages import (
     ModelRequest,
@@ -18,7 +19,13 @@ from .messages import (
     UserPromptPart,
 )
 
-__all__ = ("pending_tool_calls", "resolved_ids", "run_id_of", "tool_call_accepted_since_prompt")
+__all__ = (
+    "pending_tool_calls",
+    "resolved_ids",
+    "run_id_of",
+    "since_last_response",
+    "tool_call_accepted_since_prompt",
+)
 
 ModelMessage = ModelRequest | ModelResponse
 
@@ -46,6 +53,14 @@ def _last_response_index(messages: Sequence[ModelMessage]) -> int | None:
         if isinstance(messages[index], ModelResponse):
             return index
     return None
+
+
+def since_last_response(messages: Sequence[Any]) -> list[Any]:
+    """The history's tail from its last model response, in any message format: all that says which calls wait."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].kind == "response":
+            return list(messages[index:])
+    return []
 
 
 def resolved_ids(messages: Sequence[ModelMessage]) -> set[str]:

@@ -8,26 +8,26 @@ appends only its new messages, so the cost of a step does not grow with the hist
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, cast
 
 import pydantic_core
 from typing_extensions import TypeVar
 
+from ._decisions import check_decisions, deferred_call
 from ._history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
 from ._model_output import storable_response
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._persistence import NO_PERSISTENCE, RunPersistence
 from ._run_context import RunContext
-from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager, ValidatedCall
+from ._tool_manager import CallDeferred, CallOutcome, CallRetry, CallSucceeded, ToolManager
 from .deferred import (
     DeferredToolCall,
     DeferredToolRequests,
     DeferredToolResults,
     ToolAnswered,
     ToolApproved,
-    ToolDenied,
 )
 from .exceptions import InvalidDeferredResults, ToolRetriesExceeded, ToolRetryError, UserError
 from .messages import (
@@ -44,7 +44,6 @@ from .messages import (
 )
 from .models import Model, ModelRequestParameters, ModelSettings
 from .models.settings import forced_tool_choice
-from .tools import Tool
 from .usage import RunTotals, UsageLimits
 
 __all__ = ("AgentRun",)
@@ -155,7 +154,7 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             if parts:
                 self._append(parts)
             if deferred:
-                return DeferredToolRequests(approvals=[_deferred_call(self.manager, o) for o in deferred])
+                return DeferredToolRequests(approvals=[self._deferred_call(o) for o in deferred])
 
     async def _request(self) -> ModelResponse:
         """Ask the model once; its response is made storable, counted and appended."""
@@ -176,6 +175,11 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
 
     def _append(self, parts: list[ModelRequestPart]) -> None:
         self._add(ModelRequest(parts=parts, run_id=self.ctx.run_id))
+
+    def _deferred_call(self, outcome: CallDeferred) -> DeferredToolCall:
+        validated = outcome.validated
+        definition = self.manager.definitions.get(validated.tool.name, validated.tool.tool_def)
+        return deferred_call(validated, definition, outcome.reason)
 
     def _add(self, message: ModelMessage) -> None:
         """Append to the history and count it: the totals always match the messages."""
@@ -215,7 +219,13 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
     ) -> list[ModelRequestPart]:
         """Check every decision first, then run the approved calls; parts in the model's call order."""
         decisions = results.decisions()
-        to_run = self._checked_decisions(pending, decisions)
+        to_run = check_decisions(
+            pending,
+            decisions,
+            resolved=resolved_ids(self.messages),
+            tools=self.manager.tools,
+            agent_name=self.agent_name,
+        )
         self._check_tool_calls(len(to_run))
         if to_run:
             await self.persistence.before_approved_calls(list(to_run))
@@ -244,60 +254,6 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             else:
                 parts.append(ToolDeniedPart(tool_name=call.tool_name, tool_call_id=call_id, reason=decision.message))
         return parts
-
-    def _checked_decisions(
-        self, pending: dict[str, ToolCallPart], decisions: Mapping[str, ToolApproved | ToolDenied | ToolAnswered]
-    ) -> dict[str, ValidatedCall]:
-        """The approved calls, validated, by id; `InvalidDeferredResults` lists every problem at once."""
-        resolved = resolved_ids(self.messages)
-        problems = [
-            f"no decision for call {call_id!r} ({call.tool_name})"
-            for call_id, call in pending.items()
-            if call_id not in decisions
-        ]
-        for call_id in decisions:
-            if call_id in resolved:
-                problems.append(f"call {call_id!r} was already decided or run; it cannot be decided again")
-            elif call_id not in pending:
-                problems.append(f"call {call_id!r} is not one of the calls waiting for a decision")
-
-        to_run: dict[str, ValidatedCall] = {}
-        for call_id, call in pending.items():
-            decision = decisions.get(call_id)
-            tool = self.manager.tools.get(call.tool_name)
-            if tool is None:
-                problems.append(
-                    f"call {call_id!r}: tool {call.tool_name!r} no longer exists in agent {self.agent_name!r}"
-                )
-                continue
-            if not isinstance(decision, ToolApproved):
-                continue
-            validated = self._bind(call, tool, call.args, problems, "its stored arguments no longer validate: ")
-            if validated is None:
-                continue
-            if decision.args_digest is not None and decision.args_digest != validated.digest:
-                problems.append(f"call {call_id!r}: the approval was given for different arguments (digest mismatch)")
-            if decision.override_args is not None:
-                validated = self._bind(
-                    call, tool, decision.override_args, problems, "the edited arguments are invalid:\n"
-                )
-                if validated is None:
-                    continue
-            to_run[call_id] = validated
-        if problems:
-            raise InvalidDeferredResults(problems)
-        return to_run
-
-    def _bind(
-        self, call: ToolCallPart, tool: Tool[Any], args: Any, problems: list[str], invalid: str
-    ) -> ValidatedCall | None:
-        """The call with `args` once they validate; else None, and `problems` says why after `invalid`."""
-        try:
-            validated_args = tool.validate_args(args)
-        except ToolRetryError as exc:
-            problems.append(f"call {call.tool_call_id!r}: {invalid}{exc.message}")
-            return None
-        return self.manager.bind(call, tool, validated_args)
 
 
 def _parts_for(
@@ -330,22 +286,6 @@ def _parts_for(
                 RetryPromptPart(content=outcome.message, tool_name=call.tool_name, tool_call_id=call.tool_call_id)
             )
     return parts + extra
-
-
-def _deferred_call(manager: ToolManager[Any], outcome: CallDeferred) -> DeferredToolCall:
-    validated = outcome.validated
-    definition = manager.definitions.get(validated.tool.name, validated.tool.tool_def)
-    return DeferredToolCall(
-        tool_name=validated.tool.name,
-        tool_call_id=validated.call.tool_call_id,
-        args=validated.dumped_args,
-        args_digest=validated.digest,
-        tool_def=definition,
-        reason=outcome.reason,
-        approvals_required=validated.tool.approvals_required,
-        approval_ttl=validated.tool.approval_ttl,
-        idempotent=validated.tool.idempotent,
-    )
 
 
 def _jsonable(value: Any, tool_name: str) -> Any:

@@ -25,7 +25,7 @@ from .exceptions import (
     ToolRetryError,
     UserError,
 )
-from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, ToolsPrepareFunc, args_digest
+from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, ToolsPrepareFunc
 
 
 class ToolCallLike(Protocol):
@@ -157,8 +157,9 @@ class ToolManager(Generic[AgentDepsT]):
 
     def bind(self, call: ToolCallLike, tool: Tool[Any], args: Any) -> ValidatedCall:
         """Pair a call with already validated arguments and their digest."""
-        dumped = tool.dump_args(args)
-        return ValidatedCall(call=call, tool=tool, args=args, dumped_args=dumped, digest=args_digest(dumped))
+        from ._decisions import bind  # one rule for the digest; _decisions builds on this module
+
+        return bind(call, tool, args)
 
     async def handle_calls(
         self,

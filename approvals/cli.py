@@ -466,7 +466,7 @@ async def seed_demo(
 
 
 def _demo_model_name(registry: AgentRegistry) -> str:
-    model = registry.get("shop-assistant").agent.model
+    model = getattr(registry.get("shop-assistant").agent, "model", None)
     return f"model {model.model_name}" if model is not None else "no model"
 
 

@@ -23,6 +23,7 @@ from .exceptions import UserError
 
 __all__ = (
     "MESSAGE_FORMAT_VERSION",
+    "PYDANTIC_AI_FORMAT",
     "ModelMessage",
     "ModelRequest",
     "ModelRequestPart",
@@ -38,7 +39,9 @@ __all__ = (
     "Usage",
     "UserPromptPart",
     "dump_message",
+    "as_approvals_messages",
     "dump_messages",
+    "format_version_of",
     "load_message",
     "load_messages",
     "model_facing_content",
@@ -231,16 +234,50 @@ _message_adapter: TypeAdapter[ModelRequest | ModelResponse] = TypeAdapter(ModelM
 _history_adapter: TypeAdapter[list[ModelRequest | ModelResponse]] = TypeAdapter(list[ModelMessage])
 
 
+PYDANTIC_AI_FORMAT = 1001
+"""The format version of a stored message written in pydantic-ai's own JSON (`approvals.pydantic_ai`)."""
+
+
+def _pydantic_ai_history() -> Any:
+    """The pydantic-ai codec, imported only when a pydantic-ai history is met."""
+    try:
+        from .pydantic_ai import _history
+    except ImportError as exc:
+        raise UserError(
+            f"This history was written by a pydantic-ai agent; reading it needs pydantic-ai ({exc}): "
+            "install approvals[pydantic-ai]"
+        ) from exc
+    return _history
+
+
 def dump_message(message: ModelRequest | ModelResponse) -> dict[str, Any]:
-    """One message as JSON-compatible data (for one stored row)."""
+    """One message as JSON-compatible data (for one stored row); a pydantic-ai message in pydantic-ai's JSON."""
+    if not isinstance(message, ModelRequest | ModelResponse):
+        return cast(dict[str, Any], _pydantic_ai_history().dump_message(message))
     dumped: dict[str, Any] = _message_adapter.dump_python(message, mode="json")
     return dumped
+
+
+def as_approvals_messages(messages: Sequence[Any]) -> list[ModelRequest | ModelResponse]:
+    """A history as our message types, for reading it: a pydantic-ai run's converted, ours as they are."""
+    if all(isinstance(m, ModelRequest | ModelResponse) for m in messages):
+        return list(messages)
+    return cast(list[ModelRequest | ModelResponse], _pydantic_ai_history().as_approvals_messages(messages))
+
+
+def format_version_of(messages: Sequence[Any]) -> int:
+    """The format the messages of one write are stored in: ours, or pydantic-ai's for a pydantic-ai run."""
+    if messages and not isinstance(messages[0], ModelRequest | ModelResponse):
+        return PYDANTIC_AI_FORMAT
+    return MESSAGE_FORMAT_VERSION
 
 
 def load_message(
     data: dict[str, Any] | str | bytes, *, format_version: int = MESSAGE_FORMAT_VERSION
 ) -> ModelRequest | ModelResponse:
     """Load one message dumped by `dump_message`, from any supported format version."""
+    if format_version == PYDANTIC_AI_FORMAT:
+        return cast(ModelRequest | ModelResponse, _pydantic_ai_history().load_message(data))
     raw = json.loads(data) if isinstance(data, str | bytes) else data
     return _message_adapter.validate_python(_upgrade_message(raw, format_version))
 
@@ -265,6 +302,8 @@ def load_stored_array(array: str | bytes, versions: Sequence[int]) -> list[Model
     """
     if all(version == MESSAGE_FORMAT_VERSION for version in versions):
         return _history_adapter.validate_json(array)
+    if all(version == PYDANTIC_AI_FORMAT for version in versions):
+        return cast(list[ModelRequest | ModelResponse], _pydantic_ai_history().load_array(array))
     return [
         load_message(data, format_version=version) for data, version in zip(json.loads(array), versions, strict=True)
     ]

@@ -23,23 +23,25 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import anyio
 import pydantic_core
 
-from ._history import pending_tool_calls
+from ._history import pending_tool_calls, since_last_response
 from ._outage import Outage
-from .agent import Agent
+from ._persistence import RunPersistence
+from .agent import Agent, AgentRunResult
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .history_cache import HistoryCache
-from .messages import ModelRequest, ModelResponse
+from .messages import ModelRequest, ModelResponse, as_approvals_messages
 from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from .store.errors import describe, is_transient
 from .store.models import RunRow
+from .tools import Tool
 from .usage import RunTotals
 
 __all__ = (
@@ -83,11 +85,36 @@ class WorkerHealth:
             self.last_claim = now
 
 
+class ResumableAgent(Protocol):
+    """What a registry holds: our `Agent`, or a wrapped pydantic-ai agent (`approvals.pydantic_ai`)."""
+
+    name: str
+
+    @property
+    def tools(self) -> Mapping[str, Tool[Any]]:
+        """Its tools by name: they validate reviewers' edits."""
+        ...
+
+    async def run(
+        self,
+        prompt: str | None = None,
+        *,
+        deps: Any = None,
+        message_history: Any = None,
+        deferred_tool_results: DeferredToolResults | None = None,
+        run_id: str | None = None,
+        persistence: RunPersistence | None = None,
+        history_totals: RunTotals | None = None,
+    ) -> AgentRunResult[Any]:
+        """Start or continue a run (see `Agent.run`)."""
+        ...
+
+
 @dataclass(frozen=True)
 class RegisteredAgent:
     """An agent and how to build its run dependencies from stored data."""
 
-    agent: Agent[Any, Any]
+    agent: ResumableAgent
     deps_factory: DepsFactory | None = None
 
     async def make_deps(self, data: Any) -> Any:
@@ -98,23 +125,57 @@ class RegisteredAgent:
         return await deps if inspect.isawaitable(deps) else deps
 
 
+def _is_pydantic_ai_agent(candidate: object) -> bool:
+    """A `pydantic_ai.Agent`, told without importing pydantic-ai (an optional extra)."""
+    return any(cls.__module__.startswith("pydantic_ai.") and cls.__name__ == "Agent" for cls in type(candidate).__mro__)
+
+
+def _is_wrapped_pydantic_ai_agent(candidate: object) -> bool:
+    return any(
+        cls.__module__.startswith("approvals.pydantic_ai") and cls.__name__ == "PydanticAIAgent"
+        for cls in type(candidate).__mro__
+    )
+
+
+def as_resumable(candidate: object, *, name: str | None = None) -> ResumableAgent:
+    """Our `Agent` as it is, a pydantic-ai agent wrapped; anything else is a `UserError`."""
+    if isinstance(candidate, Agent) or _is_wrapped_pydantic_ai_agent(candidate):
+        return cast(ResumableAgent, candidate)
+    if _is_pydantic_ai_agent(candidate):
+        from .pydantic_ai import PydanticAIAgent
+
+        return PydanticAIAgent(cast(Any, candidate), name=name)
+    raise UserError(f"Not an agent: expected an approvals or pydantic-ai Agent, found {type(candidate).__name__}")
+
+
 class AgentRegistry:
     """Agents by name, so a stored run finds its agent in any process."""
 
-    def __init__(self, agents: Iterable[Agent[Any, Any]] = ()) -> None:
+    def __init__(self, agents: Iterable[Any] = ()) -> None:
         self._agents: dict[str, RegisteredAgent] = {}
         for agent in agents:
             self.register(agent)
 
-    def register(self, agent: Agent[Any, Any], *, deps_factory: DepsFactory | None = None) -> None:
-        """Add an agent under its `name`; two different agents may not share a name."""
-        existing = self._agents.get(agent.name)
-        if existing is not None and existing.agent is not agent:
-            raise UserError(f"Another agent is already registered as {agent.name!r}")
-        self._agents[agent.name] = RegisteredAgent(agent, deps_factory)
+    def register(self, agent: Any, *, deps_factory: DepsFactory | None = None) -> ResumableAgent:
+        """Add an agent under its `name`; two different agents may not share a name.
 
-    def load(self, import_path: str) -> Agent[Any, Any]:
-        """Import `module:attribute` and register the agent found there."""
+        A `pydantic_ai.Agent` is wrapped in `approvals.pydantic_ai.PydanticAIAgent`; what is
+        registered (and what `get` gives back) is returned.
+        """
+        resumable = as_resumable(agent)
+        if deps_factory is None:
+            deps_factory = getattr(resumable, "deps_factory", None)
+        existing = self._agents.get(resumable.name)
+        if existing is not None:
+            if _unwrapped(existing.agent) is not _unwrapped(resumable):
+                raise UserError(f"Another agent is already registered as {resumable.name!r}")
+            if existing.agent is not resumable:
+                return existing.agent  # the same pydantic-ai agent again: keep the first wrapper
+        self._agents[resumable.name] = RegisteredAgent(resumable, deps_factory)
+        return resumable
+
+    def load(self, import_path: str) -> ResumableAgent:
+        """Import `module:attribute` and register the agent found there (ours, or pydantic-ai's)."""
         module_name, _, attribute = import_path.partition(":")
         if not module_name or not attribute:
             raise UserError(f"Agent import path {import_path!r} must look like 'package.module:agent'")
@@ -122,11 +183,13 @@ class AgentRegistry:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise UserError(f"Cannot import {module_name!r} for agent {import_path!r}: {exc}") from exc
-        agent = getattr(module, attribute, None)
-        if not isinstance(agent, Agent):
-            raise UserError(f"{import_path!r} is not an Agent (found {type(agent).__name__})")
-        self.register(agent, deps_factory=getattr(agent, "deps_factory", None))
-        return agent
+        found = getattr(module, attribute, None)
+        if _is_pydantic_ai_agent(found):
+            # pydantic-ai names an agent only once it runs; a worker must know the name now
+            return self.register(as_resumable(found, name=getattr(found, "name", None) or attribute))
+        if not (isinstance(found, Agent) or _is_wrapped_pydantic_ai_agent(found)):
+            raise UserError(f"{import_path!r} is not an Agent (found {type(found).__name__})")
+        return self.register(found)
 
     def get(self, name: str) -> RegisteredAgent:
         try:
@@ -140,6 +203,11 @@ class AgentRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
+
+
+def _unwrapped(agent: object) -> object:
+    """The agent a wrapper stands for: registering the same pydantic-ai agent twice is no clash."""
+    return getattr(agent, "agent", agent)
 
 
 def decision_from_row(row: DecidedCall) -> ToolApproved | ToolDenied | ToolAnswered:
@@ -374,7 +442,7 @@ class Resumer:
     def _decisions(
         run_id: str, history: list[ModelRequest | ModelResponse], decided: dict[str, DecidedCall]
     ) -> DeferredToolResults | None:
-        pending = pending_tool_calls(history)
+        pending = pending_tool_calls(as_approvals_messages(since_last_response(history)))
         if not pending:
             return None
         missing = [call_id for call_id in pending if call_id not in decided]

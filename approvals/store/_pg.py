@@ -38,7 +38,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from .._canonical import canonical_json
 from ..exceptions import Conflict
-from ..messages import MESSAGE_FORMAT_VERSION, dump_message, load_stored_array
+from ..messages import dump_message, format_version_of, load_stored_array
 from ._writes import RELEASED_DETAILS, DecidedCall, RunWrite, lease_lost, tool_definition_row, utcnow
 from .audit import event_document
 from .db import json_text
@@ -143,7 +143,7 @@ def _run_write_document(write: RunWrite, stored_tool_versions: set[str]) -> dict
         "run_id": write.run_id,
         "worker_id": write.worker_id,
         "now": write.now.isoformat(),
-        "format_version": MESSAGE_FORMAT_VERSION,
+        "format_version": format_version_of(write.messages),
     }
     if write.changes:
         document["set"] = {k: _json_time(v) for k, v in write.changes.items()}

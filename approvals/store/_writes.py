@@ -17,7 +17,7 @@ from typing import Any
 
 from ..deferred import DeferredToolCall
 from ..exceptions import LeaseLost, NotFound
-from ..messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse, dump_message
+from ..messages import ModelRequest, ModelResponse, dump_message, format_version_of
 from ..tools import ToolDefinition
 
 
@@ -143,12 +143,13 @@ def message_rows(
     run: HeldRun, messages: Sequence[ModelRequest | ModelResponse], now: dt.datetime
 ) -> list[dict[str, Any]]:
     """Message rows numbered after the run's last stored message."""
+    version = format_version_of(messages)
     return [
         {
             "run_id": run.id,
             "seq": run.next_seq + offset,
             "kind": message.kind,
-            "format_version": MESSAGE_FORMAT_VERSION,
+            "format_version": version,
             "data": dump_message(message),
             "created_at": now,
         }

@@ -19,7 +19,14 @@ from sqlalchemy import Row, Select, Update, and_, bindparam, func, or_, select, 
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
-from ..messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart, load_stored_history
+from ..messages import (
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolReturnPart,
+    as_approvals_messages,
+    load_stored_history,
+)
 from ._base import SYSTEM, Actor, StoreBase
 from ._pg import ClaimedRow, pg_claim
 from ._run_writes import Tx, hold_run, start_executing
@@ -545,7 +552,7 @@ _MAY_HAVE_RUN = "worker died while the call ran; it may or may not have happened
 def _call_results(messages: Sequence[ModelMessage], executing: Collection[str] | None) -> dict[str, tuple[str, Any]]:
     """Executed approved calls' outcomes in a step: succeeded with their result, or failed with the retry message."""
     outcomes: dict[str, tuple[str, Any]] = {}
-    for message in messages:
+    for message in as_approvals_messages(messages):
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, ToolReturnPart) and part.source == "tool":

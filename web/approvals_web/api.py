@@ -19,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from approvals.audit_csv import CSV_COLUMNS, csv_row
+from approvals.messages import as_approvals_messages
 from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdict
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
@@ -215,7 +216,7 @@ async def get_run(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> Run
 @router.get("/runs/{run_id}/messages", summary="A run's stored message history", responses=errors(401, 404, 422))
 async def run_messages(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunMessages:
     await context.store.get_run(run_id)  # 404 for an unknown run rather than an empty history
-    return RunMessages(run_id=run_id, messages=await context.store.load_history(run_id))
+    return RunMessages(run_id=run_id, messages=as_approvals_messages(await context.store.load_history(run_id)))
 
 
 @router.get("/runs/{run_id}/calls", summary="The calls of a run that needed a person", responses=errors(401, 404, 422))

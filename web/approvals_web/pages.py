@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
+from approvals.messages import as_approvals_messages
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store.models import DecisionRow, ToolCallRow
 from approvals.store.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
@@ -258,7 +259,7 @@ async def _call_page(
     calls = await context.store.run_calls(call.run_id)
     step = [c for c in calls if c.created_at == call.created_at and c.id != call.id]
     cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
-    history = await context.store.load_history(call.run_id)
+    history = as_approvals_messages(await context.store.load_history(call.run_id))
     decisions = await context.store.decisions_for_run(call.run_id)
     entries = timeline(history, calls, decisions, current=[call.id])
     return _page(
@@ -442,7 +443,7 @@ async def _run_page(
 ) -> Response:
     run = await context.store.get_run(run_id)
     calls = await context.store.run_calls(run_id)
-    history = await context.store.load_history(run_id)
+    history = as_approvals_messages(await context.store.load_history(run_id))
     decisions = await context.store.decisions_for_run(run_id)
     return _page(
         request,

@@ -1,0 +1,182 @@
+"""Real pydantic-ai agents on our store and worker, on SQLite and PostgreSQL (issue 16).
+
+The agents are `pydantic_ai.Agent`s with pydantic-ai's own `FunctionModel`; they pause on
+pydantic-ai's `DeferredToolRequests`, their history is stored in pydantic-ai's JSON, and the
+worker resumes them with the people's decisions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent as PydanticAIAgentClass
+from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
+from sqlalchemy import select
+
+from approvals import InvalidEdit
+from approvals.exceptions import Conflict
+from approvals.messages import PYDANTIC_AI_FORMAT, ToolDeniedPart, as_approvals_messages
+from approvals.messages import ToolReturnPart as OurToolReturnPart
+from approvals.pydantic_ai import PydanticAIAgent
+from approvals.resumer import AgentRegistry, Resumer
+from approvals.service import ApprovalService
+from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
+from approvals.store.models import MessageRow
+
+from ..pydantic_ai import agents
+
+pytestmark = pytest.mark.anyio
+
+STARTER = Actor("svc", "reviewer")
+ALICE = Actor("alice", "reviewer")
+BOB = Actor("bob", "reviewer")
+
+
+def registry() -> AgentRegistry:
+    return AgentRegistry([agents.shop, agents.big_refunds])
+
+
+def logged(tmp_path: Path) -> list[str]:
+    path = tmp_path / "log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def paused_shop_run(store: Store, tmp_path: Path) -> str:
+    run_id = await store.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    assert await Resumer(store, registry()).resume(run_id) == run_id
+    assert (await store.get_run(run_id)).status == "awaiting_approval"
+    return run_id
+
+
+async def test_a_pydantic_ai_run_pauses_with_its_call_stored_and_its_history_in_pydantic_ais_json(
+    store: Store, tmp_path: Path
+) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    assert logged(tmp_path) == ["lookup A-1"]  # the safe tool ran; the refund waits
+    (call,) = await store.run_calls(run_id)
+    assert (call.tool_name, call.args, call.status) == ("refund", {"order_id": "A-1", "amount_cents": 450}, "pending")
+    assert call.args_digest == ApprovalService.args_digest(call.args)
+    definition = await store.tool_definition(call.tool_version)
+    assert definition.parameters_json_schema["properties"]["amount_cents"] == {
+        "exclusiveMinimum": 0,
+        "maximum": 100000,
+        "type": "integer",
+        "description": "How much, in cents.",
+    }
+
+    async with store.db.read() as session:
+        rows = (await session.execute(select(MessageRow).where(MessageRow.run_id == run_id))).scalars().all()
+    assert {row.format_version for row in rows} == {PYDANTIC_AI_FORMAT}
+    history = await store.load_history(run_id)
+    assert ModelMessagesTypeAdapter.validate_python(ModelMessagesTypeAdapter.dump_python(history)) == history
+    assert history[0].instructions == "You help customers of the shop."  # pydantic-ai's own field, kept
+
+
+async def test_approved_the_call_runs_once_and_pydantic_ai_finishes_the_run(store: Store, tmp_path: Path) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    await store.decide(call.id, Approve(args_digest=call.args_digest), actor=ALICE)
+    assert await Resumer(store, registry()).resume() == run_id
+    run = await store.get_run(run_id)
+    assert run.status == "completed", run.error
+    assert "refund=success:refunded 450 on A-1" in run.output
+    assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
+    (call,) = await store.run_calls(run_id)
+    assert (call.status, call.result) == ("succeeded", "refunded 450 on A-1")
+    assert await Resumer(store, registry()).resume() is None  # nothing left: never run twice
+
+
+async def test_edited_arguments_are_validated_by_the_tools_own_rules_then_run(store: Store, tmp_path: Path) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    service = ApprovalService(store, registry())
+    with pytest.raises(InvalidEdit) as refused:
+        await service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount_cents": 0}), actor=ALICE)
+    assert [location for location, _ in refused.value.errors] == ["amount_cents"]
+    assert (await store.get_call(call.id)).status == "pending"  # nothing saved
+
+    await service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount_cents": "300"}), actor=ALICE)
+    await Resumer(store, registry()).resume(run_id)
+    assert logged(tmp_path) == ["lookup A-1", "refund A-1 300"]
+    assert "refunded 300 on A-1" in (await store.get_run(run_id)).output
+
+
+async def test_a_denial_reaches_the_model_with_its_reason_and_the_tool_never_runs(store: Store, tmp_path: Path) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    await store.decide(call.id, Deny(reason="Outside the refund window."), actor=ALICE)
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert "refund=denied:Outside the refund window." in run.output
+    assert logged(tmp_path) == ["lookup A-1"]
+    view = as_approvals_messages(await store.load_history(run_id))
+    denials = [p for m in view for p in m.parts if isinstance(p, ToolDeniedPart)]
+    assert [(d.tool_name, d.reason) for d in denials] == [("refund", "Outside the refund window.")]
+
+
+async def test_an_answer_in_the_tools_place_is_what_the_model_reads(store: Store, tmp_path: Path) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    await store.decide(call.id, Answer(content={"refund": "done by hand"}), actor=ALICE)
+    await Resumer(store, registry()).resume(run_id)
+    assert 'refund=success:{"refund": "done by hand"}' in (await store.get_run(run_id)).output
+    assert logged(tmp_path) == ["lookup A-1"]
+    view = as_approvals_messages(await store.load_history(run_id))
+    returns = {p.tool_name: p.source for m in view for p in m.parts if isinstance(p, OurToolReturnPart)}
+    assert returns == {"lookup_order": "tool", "refund": "reviewer"}
+
+
+async def test_approval_required_and_call_deferred_wait_with_quorum_and_reason(store: Store, tmp_path: Path) -> None:
+    run_id = await store.start_run("pai-big", "Refund B-9", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, registry()).resume(run_id)
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    assert set(calls) == {"refund_big", "ask_customer"}
+    assert (calls["refund_big"].approvals_required, calls["refund_big"].reason) == (2, "over 500.00")
+    assert calls["refund_big"].idempotent
+    assert calls["ask_customer"].reason == "a person asks the customer"
+
+    await store.decide(calls["refund_big"].id, Approve(), actor=ALICE)
+    await store.decide(calls["ask_customer"].id, Answer(content="It arrived broken."), actor=ALICE)
+    assert await Resumer(store, registry()).resume() is None  # one approval of two: still waiting
+    await store.decide(calls["refund_big"].id, Approve(), actor=BOB)
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert run.status == "completed", run.error
+    assert "refund_big=success:refunded 90000 on B-9" in run.output
+    assert "ask_customer=success:It arrived broken." in run.output
+    assert logged(tmp_path) == ["refund_big B-9 90000"]
+
+
+async def test_an_approval_for_other_arguments_is_refused(store: Store, tmp_path: Path) -> None:
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    with pytest.raises(Conflict):
+        await store.decide(call.id, Approve(args_digest="0" * 64), actor=ALICE)
+
+
+async def test_the_stored_history_continues_in_pydantic_ai_itself(store: Store, tmp_path: Path) -> None:
+    """What the store keeps is a pydantic-ai history: pydantic-ai alone can carry on from it."""
+    run_id = await paused_shop_run(store, tmp_path)
+    (call,) = await store.run_calls(run_id)
+    await store.decide(call.id, Approve(), actor=ALICE)
+    await Resumer(store, registry()).resume(run_id)
+    history = await store.load_history(run_id)
+    assert isinstance(history[-2], ModelRequest)
+    assert any(isinstance(p, ToolReturnPart) and p.tool_name == "refund" for p in history[-2].parts)
+    follow_up = await agents.shop.run("Thanks!", message_history=history, deps={})
+    assert follow_up.output == "You are welcome."
+    assert len(follow_up.all_messages()) > len(history)
+
+
+def test_a_pydantic_ai_agent_registers_wrapped_once_and_by_import_path() -> None:
+    registry = AgentRegistry()
+    wrapped = registry.register(agents.shop)
+    assert isinstance(wrapped, PydanticAIAgent) and wrapped.name == "pai-shop"
+    assert registry.register(agents.shop) is wrapped
+    assert set(wrapped.tools) == {"lookup_order", "refund"}
+    loaded = registry.load("tests.pydantic_ai.agents:big_refunds")
+    assert loaded.name == "pai-big" and registry.get("pai-big").agent is loaded
+    other = PydanticAIAgentClass(agents.scripted(), name="pai-shop")
+    with pytest.raises(Exception, match="already registered"):
+        registry.register(other)

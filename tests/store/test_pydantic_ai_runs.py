@@ -8,6 +8,7 @@ worker resumes them with the people's decisions.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai import Agent as PydanticAIAgentClass
@@ -68,7 +69,7 @@ async def test_a_pydantic_ai_run_pauses_with_its_call_stored_and_its_history_in_
     async with store.db.read() as session:
         rows = (await session.execute(select(MessageRow).where(MessageRow.run_id == run_id))).scalars().all()
     assert {row.format_version for row in rows} == {PYDANTIC_AI_FORMAT}
-    history = await store.load_history(run_id)
+    history: list[Any] = list(await store.load_history(run_id))
     assert ModelMessagesTypeAdapter.validate_python(ModelMessagesTypeAdapter.dump_python(history)) == history
     assert history[0].instructions == "You help customers of the shop."  # pydantic-ai's own field, kept
 
@@ -161,7 +162,7 @@ async def test_the_stored_history_continues_in_pydantic_ai_itself(store: Store, 
     (call,) = await store.run_calls(run_id)
     await store.decide(call.id, Approve(), actor=ALICE)
     await Resumer(store, registry()).resume(run_id)
-    history = await store.load_history(run_id)
+    history: list[Any] = list(await store.load_history(run_id))
     assert isinstance(history[-2], ModelRequest)
     assert any(isinstance(p, ToolReturnPart) and p.tool_name == "refund" for p in history[-2].parts)
     follow_up = await agents.shop.run("Thanks!", message_history=history, deps={})

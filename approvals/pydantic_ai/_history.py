@@ -56,12 +56,26 @@ def load_array(array: str | bytes) -> list[pai.ModelMessage]:
 
 
 def as_approvals_messages(messages: Iterable[Any]) -> list[ours.ModelRequest | ours.ModelResponse]:
-    """A history in our types; messages already ours pass through unchanged."""
-    return [as_approvals_message(m) for m in messages]
+    """A history in our types; messages already ours pass through unchanged.
+
+    pydantic-ai repeats the instructions on every request; they are shown where they change.
+    """
+    view: list[ours.ModelRequest | ours.ModelResponse] = []
+    instructions = None
+    for message in messages:
+        view.append(as_approvals_message(message, shown_instructions=instructions))
+        if isinstance(message, pai.ModelRequest) and message.instructions:
+            instructions = message.instructions
+    return view
 
 
-def as_approvals_message(message: Any) -> ours.ModelRequest | ours.ModelResponse:
-    """One message in our types: what it says to the model, who answered each call, and usage."""
+def as_approvals_message(
+    message: Any, *, shown_instructions: str | None = None
+) -> ours.ModelRequest | ours.ModelResponse:
+    """One message in our types: what it says to the model, who answered each call, and usage.
+
+    A request's instructions become a system prompt part unless they are `shown_instructions`.
+    """
     if isinstance(message, ours.ModelRequest | ours.ModelResponse):
         return message
     if isinstance(message, pai.ModelResponse):
@@ -77,7 +91,7 @@ def as_approvals_message(message: Any) -> ours.ModelRequest | ours.ModelResponse
         )
     if isinstance(message, pai.ModelRequest):
         parts = [p for p in map(_request_part, message.parts) if p is not None]
-        if message.instructions and not any(isinstance(p, ours.SystemPromptPart) for p in parts):
+        if message.instructions and message.instructions != shown_instructions:
             instructions = ours.SystemPromptPart(content=message.instructions)
             if message.timestamp is not None:
                 instructions.timestamp = message.timestamp

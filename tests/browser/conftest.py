@@ -31,6 +31,7 @@ from approvals.store import SYSTEM, Actor, Store
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
+from ..pydantic_ai import agents as pydantic_ai_agents
 from ..store.agents import email_agent
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from ..web.conftest import PASSWORDS, ROLES
@@ -103,7 +104,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 - the shared fixture
-    registry = AgentRegistry([support_agent, email_agent, xss_agent])
+    registry = AgentRegistry([support_agent, email_agent, xss_agent, pydantic_ai_agents.helpdesk])
     app = create_app(Settings(database_url=db_url, worker=True, secret_key="browser-test-secret"), registry=registry)
     port = _free_port()
     config = uvicorn.Config(

@@ -101,3 +101,35 @@ def refund_big(ctx: RunContext[dict[str, Any]], order_id: str, amount_cents: int
 def ask_customer(question: str) -> str:
     """Ask the customer something; a person relays the answer."""
     raise CallDeferred(metadata={"reason": "a person asks the customer"})
+
+
+helpdesk = Agent(
+    scripted(
+        ("refund", {"order_id": "A-1042", "amount_cents": 14990}),
+        ("send_voucher", {"email": "ann@example.com", "value_eur": 10}),
+        ("close_account", {"customer_id": 311}),
+    ),
+    name="pai-helpdesk",
+    deps_type=dict,
+    instructions="You are the helpdesk of a coffee-machine shop.",
+)
+helpdesk.tool(requires_approval=True)(refund)
+
+
+@helpdesk.tool(requires_approval=True)
+def send_voucher(ctx: RunContext[dict[str, Any]], email: str, value_eur: int = Field(le=50)) -> str:
+    """Email the customer a voucher.
+
+    Args:
+        email: Where to send it.
+        value_eur: Its value, in euros.
+    """
+    _log(ctx, f"voucher {email} {value_eur}")
+    return f"voucher of {value_eur} EUR sent to {email}"
+
+
+@helpdesk.tool(requires_approval=True)
+def close_account(ctx: RunContext[dict[str, Any]], customer_id: int) -> str:
+    """Close a customer's account for good."""
+    _log(ctx, f"close {customer_id}")
+    return f"closed {customer_id}"

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -102,10 +103,12 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 - the shared fixture
-    registry = AgentRegistry([support_agent, email_agent, xss_agent, pydantic_ai_agents.helpdesk])
-    app = create_app(Settings(database_url=db_url, worker=True, secret_key="browser-test-secret"), registry=registry)
+@contextmanager
+def serving(database_url: str, tmp_path: Path, registry: AgentRegistry) -> Iterator[LiveServer]:
+    """The app with `registry`'s agents under uvicorn, its in-process worker on, the test users created."""
+    app = create_app(
+        Settings(database_url=database_url, worker=True, secret_key="browser-test-secret"), registry=registry
+    )
     port = _free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
@@ -128,6 +131,13 @@ def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 -
         uvicorn_server.should_exit = True
         thread.join(timeout=20)
         loop.close()
+
+
+@pytest.fixture
+def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 - the shared fixture
+    registry = AgentRegistry([support_agent, email_agent, xss_agent, pydantic_ai_agents.helpdesk])
+    with serving(db_url, tmp_path, registry) as live:
+        yield live
 
 
 @pytest.fixture

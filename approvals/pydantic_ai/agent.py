@@ -132,7 +132,7 @@ class PydanticAIAgent:
                 model=recorder,
                 deps=deps,
             ) as agent_run:
-                recorder.history = agent_run.ctx.state.message_history
+                recorder.state = agent_run.ctx.state
                 async for _node in agent_run:
                     pass
         except AgentRunError as exc:
@@ -140,8 +140,7 @@ class PydanticAIAgent:
         result = agent_run.result
         assert result is not None, "an agent run that ended has a result"
         messages = result.all_messages()
-        if len(messages) < len(history) or (history and messages[len(history) - 1] != history[-1]):
-            raise PydanticAIRunError("pydantic-ai rewrote the stored history instead of adding to it; nothing stored")
+        _check_extends(history, messages)
         output = result.output
         if isinstance(output, pydantic_ai.DeferredToolRequests):
             output = self.pending_calls(output, recorder.definitions)
@@ -228,7 +227,8 @@ class _StepRecorder(WrapperModel):
         super().__init__(wrapped)
         self.keeper = keeper
         self.delivered = delivered
-        self.history: list[pai.ModelMessage] | None = None
+        self.state: Any = None
+        """The run's graph state: pydantic-ai may replace its `message_history` list, so it is read each time."""
         self.definitions: dict[str, PydanticAIToolDefinition] = {}
 
     async def request(
@@ -239,7 +239,7 @@ class _StepRecorder(WrapperModel):
     ) -> pai.ModelResponse:
         for definition in model_request_parameters.function_tools:
             self.definitions[definition.name] = definition
-        history = self.history if self.history is not None else messages
+        history: list[pai.ModelMessage] = self.state.message_history if self.state is not None else messages
         if len(history) > self.delivered:
             await self.keeper.on_step(cast(list[Any], history[self.delivered :]))
             self.delivered = len(history)
@@ -342,6 +342,22 @@ def _reason(kind: str, metadata: dict[str, Any] | None) -> str | None:
     if kind == "external":
         return "The tool left this call to be done outside the agent: answer with its result, or deny it."
     return None
+
+
+def _check_extends(stored: list[Any], messages: list[pai.ModelMessage]) -> None:
+    """pydantic-ai added to the stored history; `PydanticAIRunError` if it changed what is stored.
+
+    A history ending in a request (a worker died while the model answered it) is sent again:
+    pydantic-ai restamps that request, which is the same request as long as its parts are.
+    """
+    if not stored:
+        return
+    last, again = stored[-1], messages[len(stored) - 1] if len(messages) >= len(stored) else None
+    same = again == last or (
+        isinstance(last, pai.ModelRequest) and isinstance(again, pai.ModelRequest) and again.parts == last.parts
+    )
+    if not same:
+        raise PydanticAIRunError("pydantic-ai rewrote the stored history instead of adding to it; nothing stored")
 
 
 def _with_deferred(output_type: Any) -> Any:

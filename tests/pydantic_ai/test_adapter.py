@@ -1,0 +1,107 @@
+"""`PydanticAIAgent` on its own: decisions checked before anything runs, steps handed over, restarts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from approvals.deferred import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from approvals.exceptions import InvalidDeferredResults, UserError
+from approvals.pydantic_ai import PydanticAIAgent
+
+from . import agents
+
+pytestmark = pytest.mark.anyio
+
+
+class Kept:
+    """A `RunPersistence` that keeps what it is told, as a store would."""
+
+    def __init__(self) -> None:
+        self.executing: list[str] = []
+        self.steps: list[list[Any]] = []
+
+    async def before_approved_calls(self, tool_call_ids: list[str]) -> None:
+        self.executing.extend(tool_call_ids)
+
+    async def on_step(self, messages: list[Any]) -> None:
+        self.steps.append(list(messages))
+
+
+async def paused() -> tuple[PydanticAIAgent, list[Any], DeferredToolRequests]:
+    shop = PydanticAIAgent(agents.shop)
+    result = await shop.run("Refund A-1", deps={})
+    assert isinstance(result.output, DeferredToolRequests)
+    return shop, result.all_messages(), result.output
+
+
+async def test_decisions_are_checked_before_anything_runs() -> None:
+    shop, history, requests = await paused()
+    (call,) = requests.approvals
+    kept = Kept()
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({}, "no decision for call"),
+        ({call.tool_call_id: ToolApproved(args_digest="0" * 64)}, "digest mismatch"),
+        ({call.tool_call_id: ToolApproved(override_args={"amount_cents": -5})}, "edited arguments are invalid"),
+        ({call.tool_call_id: True, "other": False}, "not one of the calls waiting"),
+    ]
+    for approvals, problem in cases:
+        with pytest.raises(InvalidDeferredResults, match=problem):
+            await shop.run(
+                None,
+                message_history=history,
+                deferred_tool_results=DeferredToolResults(approvals=approvals),
+                persistence=kept,
+            )
+    assert kept.executing == [] and kept.steps == []
+    with pytest.raises(UserError, match="waiting for decisions"):
+        await shop.run(None, message_history=history, persistence=kept)
+
+
+async def test_approved_calls_are_announced_first_and_each_step_before_its_model_request() -> None:
+    shop, history, requests = await paused()
+    (call,) = requests.approvals
+    kept = Kept()
+    done = await shop.run(
+        None,
+        message_history=history,
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: ToolDenied(message="No.")}),
+        persistence=kept,
+    )
+    assert kept.executing == []  # a denial runs nothing
+    (step,) = kept.steps
+    assert [m.kind for m in step] == ["request"]  # the denial, stored before the model read it
+    assert done.all_messages()[: len(history) + 1] == [*history, *step]
+    assert isinstance(done.output, str) and "refund=denied:No." in done.output
+
+
+async def test_a_run_whose_worker_died_during_the_model_request_asks_the_model_again() -> None:
+    """The stored history ends with the request the model never answered: it is sent again, not changed."""
+    answers: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answers.append(len(messages))
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup_order", {"order_id": "A-1"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("found it")])
+
+    agent = Agent(FunctionModel(model), name="lookups", deps_type=dict)
+    agent.tool_plain(name="lookup_order")(_lookup)
+    wrapped = PydanticAIAgent(agent)
+    kept = Kept()
+    await wrapped.run("Find A-1", deps={}, persistence=kept)
+    stored = [m for step in kept.steps for m in step]  # what a store holds when the worker dies now
+    assert isinstance(stored[-1], ModelRequest)
+
+    again = await wrapped.run(None, message_history=stored, deps={}, persistence=Kept())
+    assert again.output == "found it"
+    assert again.new_messages()[0].kind == "response"
+    assert answers == [1, 3, 3]
+
+
+def _lookup(order_id: str) -> str:
+    return f"order {order_id}"

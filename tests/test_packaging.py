@@ -33,17 +33,30 @@ SERVER_DISTRIBUTIONS = frozenset(
     for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["server"]
 )
 
-# Imports every module of the core library (all but the CLI; the model SDK adapters when their
-# SDK is installed) and prints the web-stack modules that came along, one per line.
+# Imports every module of the core library (all but the CLI and the pydantic-ai integration, which
+# bring their own stacks; the model SDK adapters when their SDK is installed) and prints the
+# web-stack and pydantic-ai modules that came along, one per line. Packages are walked by their
+# files, so a skipped package is never imported to find its modules.
 IMPORT_THE_CORE = f"""
 import importlib, importlib.util, pkgutil, sys
 import approvals, approvals.store, approvals.resumer, approvals.service
-for module in pkgutil.walk_packages(approvals.__path__, "approvals."):
-    sdk = {{"approvals.models.openai": "openai", "approvals.models.anthropic": "anthropic"}}.get(module.name)
-    if module.name == "approvals.cli" or (sdk and importlib.util.find_spec(sdk) is None):
+SKIPPED = ("approvals.cli", "approvals.pydantic_ai")
+SDKS = {{"approvals.models.openai": "openai", "approvals.models.anthropic": "anthropic"}}
+
+def modules(path, prefix):
+    for info in pkgutil.iter_modules(path, prefix):
+        if info.name in SKIPPED:
+            continue
+        yield info.name
+        if info.ispkg:
+            yield from modules([f"{{path[0]}}/{{info.name.rsplit('.', 1)[1]}}"], info.name + ".")
+
+for name in modules(approvals.__path__, "approvals."):
+    sdk = SDKS.get(name)
+    if sdk and importlib.util.find_spec(sdk) is None:
         continue
-    importlib.import_module(module.name)
-web = {sorted(WEB_STACK)!r}
+    importlib.import_module(name)
+web = {sorted(WEB_STACK | {"pydantic_ai"})!r}
 print("\\n".join(sorted(name for name in sys.modules if name.split(".")[0] in web)))
 """
 
@@ -110,7 +123,7 @@ def test_the_wheel_holds_two_packages_and_the_web_stack_is_an_extra(wheel: Path)
         if requirement.name in SERVER_DISTRIBUTIONS:
             assert requirement.marker is not None, requirement
             assert not requirement.marker.evaluate({"extra": ""}), requirement
-    assert {"server", "openai", "anthropic"} <= set(metadata.get_all("Provides-Extra") or [])
+    assert {"server", "openai", "anthropic", "pydantic-ai"} <= set(metadata.get_all("Provides-Extra") or [])
 
 
 # What pip prints when it cannot reach the package index (as opposed to a broken wheel).

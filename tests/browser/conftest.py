@@ -32,7 +32,7 @@ from approvals.store import SYSTEM, Actor, Store
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
-from ..pydantic_ai import agents as pydantic_ai_agents
+from ..pydanticai import agents as pydantic_ai_agents
 from ..store.agents import email_agent
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from ..web.conftest import PASSWORDS, ROLES

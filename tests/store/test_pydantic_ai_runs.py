@@ -25,7 +25,7 @@ from approvals.service import ApprovalService
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
 from approvals.store.models import MessageRow
 
-from ..pydantic_ai import agents
+from ..pydanticai import agents
 
 pytestmark = pytest.mark.anyio
 
@@ -176,7 +176,7 @@ def test_a_pydantic_ai_agent_registers_wrapped_once_and_by_import_path() -> None
     assert isinstance(wrapped, PydanticAIAgent) and wrapped.name == "pai-shop"
     assert registry.register(agents.shop) is wrapped
     assert set(wrapped.tools) == {"lookup_order", "refund"}
-    loaded = registry.load("tests.pydantic_ai.agents:big_refunds")
+    loaded = registry.load("tests.pydanticai.agents:big_refunds")
     assert loaded.name == "pai-big" and registry.get("pai-big").agent is loaded
     other = PydanticAIAgentClass(agents.scripted(), name="pai-shop")
     with pytest.raises(Exception, match="already registered"):

@@ -17,3 +17,15 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(block.group(1), "README.md example", "exec"), {"__name__": "readme_example"})
     printed = capsys.readouterr().out
     assert "refund was denied (Too much.)" in printed
+
+
+def test_readme_pydantic_ai_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(
+        r"<!-- pydantic-ai-example:start -->\s*```python\n(.*?)```\s*<!-- pydantic-ai-example:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its pydantic-ai example markers"
+    exec(compile(block.group(1), "README.md pydantic-ai example", "exec"), {"__name__": "readme_pydantic_ai_example"})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("refund pending {")
+    assert printed[-1] == "completed"

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import ExternalToolset
 
-from approvals.deferred import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from approvals.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from approvals.exceptions import InvalidDeferredResults, UserError
 from approvals.pydantic_ai import PydanticAIAgent
 
@@ -105,3 +108,66 @@ async def test_a_run_whose_worker_died_during_the_model_request_asks_the_model_a
 
 def _lookup(order_id: str) -> str:
     return f"order {order_id}"
+
+
+async def test_a_structured_output_type_is_kept_and_deferred_requests_are_added() -> None:
+    class Refunded(BaseModel):
+        order_id: str
+        cents: int
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[ToolCallPart("refund", {"order_id": "A-1", "amount_cents": 5}, tool_call_id="r")]
+            )
+        output_tool = info.output_tools[0].name
+        return ModelResponse(parts=[ToolCallPart(output_tool, {"order_id": "A-1", "cents": 5}, tool_call_id="o")])
+
+    agent = Agent(FunctionModel(model), name="typed", deps_type=dict, output_type=Refunded)
+    agent.tool(requires_approval=True)(agents.refund)
+    wrapped = PydanticAIAgent(agent)
+    paused_run = await wrapped.run("Refund A-1", deps={})
+    assert isinstance(paused_run.output, DeferredToolRequests)
+    (call,) = paused_run.output.approvals
+    done = await wrapped.run(
+        None,
+        message_history=paused_run.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: True}),
+        deps={},
+    )
+    assert done.output == Refunded(order_id="A-1", cents=5)
+
+
+async def test_an_external_tools_call_waits_for_a_persons_answer() -> None:
+    lookup = ToolDefinition(
+        name="crm_lookup",
+        description="Look a customer up in the CRM (done by a person).",
+        parameters_json_schema={
+            "type": "object",
+            "properties": {"email": {"type": "string"}},
+            "required": ["email"],
+            "additionalProperties": False,
+        },
+    )
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("crm_lookup", {"email": "ann@example.com"}, tool_call_id="x")])
+        return ModelResponse(parts=[TextPart(agents.outcomes_text(messages))])
+
+    agent = Agent(FunctionModel(model), name="crm", toolsets=[ExternalToolset([lookup])])
+    wrapped = PydanticAIAgent(agent)
+    assert set(wrapped.tools) == {"crm_lookup"}
+    paused_run = await wrapped.run("Who is Ann?")
+    assert isinstance(paused_run.output, DeferredToolRequests)
+    (call,) = paused_run.output.approvals
+    assert (call.args, call.tool_def.description) == ({"email": "ann@example.com"}, lookup.description)
+    assert call.reason is not None and "answer" in call.reason
+    done = await wrapped.run(
+        None,
+        message_history=paused_run.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={call.tool_call_id: ToolAnswered(content="VIP since 2019")}
+        ),
+    )
+    assert done.output == "crm_lookup=success:VIP since 2019"

@@ -7,6 +7,7 @@ with what each outcome said, so a test reads from the output what the model was 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,8 @@ def refund(ctx: RunContext[dict[str, Any]], order_id: str, amount_cents: int = F
         amount_cents: How much, in cents.
     """
     _log(ctx, f"refund {order_id} {amount_cents}")
+    if (ctx.deps or {}).get("crash_in_refund"):
+        os._exit(17)  # the worker dies after the refund happened, before anything is stored
     return f"refunded {amount_cents} on {order_id}"
 
 
@@ -133,3 +136,13 @@ def close_account(ctx: RunContext[dict[str, Any]], customer_id: int) -> str:
     """Close a customer's account for good."""
     _log(ctx, f"close {customer_id}")
     return f"closed {customer_id}"
+
+
+reminders = Agent(scripted(("send_reminder", {"email": "ann@example.com"})), name="pai-reminders", deps_type=dict)
+
+
+@reminders.tool(requires_approval=True, metadata={"approvals": {"approval_ttl": 0.2}})
+def send_reminder(ctx: RunContext[dict[str, Any]], email: str) -> str:
+    """Email a payment reminder; unanswered within its time, it is not sent."""
+    _log(ctx, f"reminder {email}")
+    return f"reminded {email}"

@@ -18,6 +18,7 @@ async def main(url: str, run_id: str, lease_seconds: str) -> None:
     registry = AgentRegistry()
     registry.load("tests.store.agents:shop_agent")
     registry.load("tests.store.agents:email_agent")
+    registry.load("tests.pydanticai.agents:shop")
     resumed = await Resumer(
         Store(database), registry, worker_id="subprocess", lease_seconds=float(lease_seconds)
     ).resume(run_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from pydantic_ai import Agent as PydanticAIAgentClass
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
@@ -26,6 +27,7 @@ from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
 from approvals.store.models import MessageRow
 
 from ..pydanticai import agents
+from .test_resumer import resume_in_subprocess
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +37,7 @@ BOB = Actor("bob", "reviewer")
 
 
 def registry() -> AgentRegistry:
-    return AgentRegistry([agents.shop, agents.big_refunds])
+    return AgentRegistry([agents.shop, agents.big_refunds, agents.reminders])
 
 
 def logged(tmp_path: Path) -> list[str]:
@@ -181,3 +183,45 @@ def test_a_pydantic_ai_agent_registers_wrapped_once_and_by_import_path() -> None
     other = PydanticAIAgentClass(agents.scripted(), name="pai-shop")
     with pytest.raises(Exception, match="already registered"):
         registry.register(other)
+
+
+async def test_a_worker_killed_inside_an_approved_call_never_runs_it_again(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    deps = {"log": str(tmp_path / "log"), "crash_in_refund": True}
+    run_id = await store.start_run("pai-shop", "Refund A-1", actor=STARTER, deps=deps)
+    await Resumer(store, registry()).resume(run_id)
+    (call,) = await store.run_calls(run_id)
+    await store.decide(call.id, Approve(), actor=ALICE)
+
+    crashed = resume_in_subprocess(db_url, run_id, lease_seconds=0.5)
+    assert crashed.returncode == 17, crashed.stderr  # the refund happened, then its worker died
+    assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
+    await anyio.sleep(0.6)  # the dead worker's lease runs out
+    assert await Resumer(store, registry(), worker_id="rescuer").resume() is None
+    assert (await store.get_call(call.id)).status == "outcome_unknown"  # for a person to settle, never re-run
+
+    await store.decide(call.id, Answer(content="Refund confirmed by the bank."), actor=BOB)
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert run.status == "completed", run.error
+    assert "refund=success:Refund confirmed by the bank." in run.output
+    assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
+
+
+async def test_a_call_left_past_its_time_expires_as_a_denial_the_model_reads(store: Store, tmp_path: Path) -> None:
+    run_id = await store.start_run("pai-reminders", "Remind Ann", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    await Resumer(store, registry()).resume(run_id)
+    (call,) = await store.run_calls(run_id)
+    assert call.expires_at is not None
+    await anyio.sleep(0.3)
+    await store.expire()
+    assert (await store.get_call(call.id)).status == "expired"
+    await Resumer(store, registry()).resume(run_id)
+    run = await store.get_run(run_id)
+    assert run.status == "completed", run.error
+    assert "send_reminder=denied:" in run.output
+    assert logged(tmp_path) == []
+    actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
+    assert actions[:3] == ["run.started", "run.resumed", "call.requested"]
+    assert "call.expired" in actions and actions[-1] == "run.completed"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -28,3 +31,19 @@ def drop_pg_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(PG_SERVER, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def migrated_database(kind: str) -> Iterator[str]:
+    """The URL of a new migrated database, "sqlite" (a file) or "postgresql", gone when the block ends."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite:///{folder}/approvals.db"
+            upgrade(url)
+            yield url
+        return
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)

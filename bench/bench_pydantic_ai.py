@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +40,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _databases import create_pg_database, drop_pg_database
+from _databases import migrated_database
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
@@ -57,7 +56,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from approvals.pydantic_ai import PydanticAIAgent
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Approve, Database, Store
-from approvals.store.migrate import upgrade
 from approvals.usage import RunTotals
 
 RUNS = int(os.environ.get("APPROVALS_BENCH_RUNS", "80"))
@@ -199,17 +197,10 @@ async def bench(url: str, label: str) -> None:
 
 def main() -> None:
     print(f"{RUNS} cycles of each kind per line; medians, p90 and ours / pydantic-ai's medians")
-    if "sqlite" in DATABASES:
-        with tempfile.TemporaryDirectory() as tmp:
-            sqlite_url = f"sqlite:///{tmp}/approvals.db"
-            upgrade(sqlite_url)
-            anyio.run(bench, sqlite_url, "sqlite")
-    if "postgresql" in DATABASES:
-        pg_url = create_pg_database()
-        try:
-            anyio.run(bench, pg_url, "postgresql")
-        finally:
-            drop_pg_database(pg_url)
+    for kind in ("sqlite", "postgresql"):
+        if kind in DATABASES:
+            with migrated_database(kind) as url:
+                anyio.run(bench, url, kind)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _databases import create_pg_database, drop_pg_database
+from _databases import migrated_database
 
 from approvals import Agent, Tool
 from approvals.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
@@ -35,7 +34,6 @@ from approvals.models import FunctionModel
 from approvals.models.function import AgentInfo
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Approve, Database, Store
-from approvals.store.migrate import upgrade
 
 HISTORIES = (10, 200, 1000)
 RUNS = int(os.environ.get("APPROVALS_BENCH_RUNS", "25"))
@@ -133,17 +131,10 @@ async def bench(url: str, label: str) -> None:
 
 
 def main() -> None:
-    if "postgresql" in DATABASES:
-        pg_url = create_pg_database()
-        try:
-            anyio.run(bench, pg_url, "postgresql")
-        finally:
-            drop_pg_database(pg_url)
-    if "sqlite" in DATABASES:
-        with tempfile.TemporaryDirectory() as tmp:
-            sqlite_url = f"sqlite:///{tmp}/resume.db"
-            upgrade(sqlite_url)
-            anyio.run(bench, sqlite_url, "sqlite")
+    for kind in ("postgresql", "sqlite"):
+        if kind in DATABASES:
+            with migrated_database(kind) as url:
+                anyio.run(bench, url, kind)
 
 
 if __name__ == "__main__":

@@ -177,9 +177,8 @@ class PydanticAIAgent:
                 f"The run is waiting for decisions on calls {', '.join(pending)}; pass deferred_tool_results"
             )
         decisions = results.decisions()
-        to_run = check_decisions(
-            pending, decisions, resolved=resolved_ids(tail), tools=self.tools, agent_name=self.name
-        )
+        tools = {**{call.tool_name: _UNDESCRIBED for call in pending.values()}, **self.tools}
+        to_run = check_decisions(pending, decisions, resolved=resolved_ids(tail), tools=tools, agent_name=self.name)
         approvals: dict[str, bool | pydantic_ai.ToolApproved | pydantic_ai.ToolDenied] = {}
         calls: dict[str, Any] = {}
         for call_id, decision in decisions.items():
@@ -311,6 +310,13 @@ def _schema_tool(definition: PydanticAIToolDefinition) -> Tool[Any]:
 
 def _never_called(**_: Any) -> None:
     raise AssertionError("pydantic-ai runs its own tools")
+
+
+_UNDESCRIBED = Tool.from_schema(
+    _never_called, name="undescribed", description=None, json_schema={"type": "object"}, allow_long_description=True
+)
+"""Stands in for a tool known only while a run runs (a dynamic toolset, an MCP server's): its calls
+were validated by pydantic-ai when it deferred them; approving, denying and answering need no more."""
 
 
 def _policies(name: str, metadata: dict[str, Any] | None) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import ExternalToolset
+from pydantic_ai.toolsets import ExternalToolset, FunctionToolset
 
 from approvals.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from approvals.exceptions import InvalidDeferredResults, UserError
@@ -171,3 +171,31 @@ async def test_an_external_tools_call_waits_for_a_persons_answer() -> None:
         ),
     )
     assert done.output == "crm_lookup=success:VIP since 2019"
+
+
+async def test_a_tool_from_a_dynamic_toolset_waits_and_is_approved() -> None:
+    """Tools made per run (`@agent.toolset`, like an MCP server's) are unknown until the run runs."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("archive", {"ticket": 7}, tool_call_id="a")])
+        return ModelResponse(parts=[TextPart(agents.outcomes_text(messages))])
+
+    agent = Agent(FunctionModel(model), name="dynamic")
+
+    @agent.toolset
+    def per_run(ctx: RunContext[None]) -> FunctionToolset[None]:
+        def archive(ticket: int) -> str:
+            return f"archived {ticket}"
+
+        return FunctionToolset([Tool(archive, requires_approval=True)])
+
+    wrapped = PydanticAIAgent(agent)
+    assert wrapped.tools == {}
+    paused_run = await wrapped.run("Archive ticket 7")
+    assert isinstance(paused_run.output, DeferredToolRequests)
+    (call,) = paused_run.output.approvals
+    assert (call.tool_name, call.args) == ("archive", {"ticket": 7})
+    approve = DeferredToolResults(approvals={call.tool_call_id: ToolApproved(args_digest=call.args_digest)})
+    done = await wrapped.run(None, message_history=paused_run.all_messages(), deferred_tool_results=approve)
+    assert done.output == "archive=success:archived 7"

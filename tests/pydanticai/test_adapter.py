@@ -181,7 +181,7 @@ async def test_a_tool_from_a_dynamic_toolset_waits_and_is_approved() -> None:
             return ModelResponse(parts=[ToolCallPart("archive", {"ticket": 7}, tool_call_id="a")])
         return ModelResponse(parts=[TextPart(agents.outcomes_text(messages))])
 
-    agent = Agent(FunctionModel(model), name="dynamic")
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="dynamic")
 
     @agent.toolset
     def per_run(ctx: RunContext[None]) -> FunctionToolset[None]:

@@ -2,9 +2,10 @@
 
 `Tool(fn)` reads the function's signature and docstring once, at definition time, into a
 `ToolDefinition` (what the model sees) and a pydantic validator (what checks the model's
-arguments). Every problem with the definition is reported at once as a
-`ToolDefinitionError`. A tool also carries its approval policy: whether a call must wait
-for a person, decided from the validated arguments.
+arguments); another `Tool` of the same function and options reuses both. Every problem
+with the definition is reported at once as a `ToolDefinitionError`. A tool also carries
+its approval policy: whether a call must wait for a person, decided from the validated
+arguments.
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ class Tool(Generic[AgentDepsT]):
         name: str | None,
         description: str,
         takes_ctx: bool,
-        problems: list[str],
+        problems: Sequence[str],
         retries: int | None,
         timeout: float | Literal[_Inherit.INHERIT] | None,
         prepare: ToolPrepareFunc | None,
@@ -311,7 +312,7 @@ class Tool(Generic[AgentDepsT]):
         self.tool_def = ToolDefinition(
             name=name,
             description=description,
-            parameters_json_schema=args_schema.json_schema,
+            parameters_json_schema=_copy_json(args_schema.json_schema),
             strict=strict,
             sequential=sequential,
             metadata=metadata,
@@ -410,6 +411,18 @@ class Tool(Generic[AgentDepsT]):
                 partial(self.function, *positional, **keyword), abandon_on_cancel=True
             )
         return result if isinstance(result, ToolReturn) else ToolReturn(return_value=result)
+
+
+def _copy_json(value: Any) -> Any:
+    """A copy of JSON data, so a definition edited in place never changes the schema it came from.
+
+    Tools of one function share that schema (it is built once); `copy.deepcopy` would do, slower.
+    """
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    return value
 
 
 def _refuse_non_finite(dumped_args: dict[str, Any]) -> None:

@@ -8,5 +8,6 @@ module:agent`); it is wrapped in `PydanticAIAgent`. Wrap it yourself to give it 
 from __future__ import annotations
 
 from .agent import POLICY_KEY, PydanticAIAgent, PydanticAIRunError
+from .conversations import SQLConversationStore
 
-__all__ = ("POLICY_KEY", "PydanticAIAgent", "PydanticAIRunError")
+__all__ = ("POLICY_KEY", "PydanticAIAgent", "PydanticAIRunError", "SQLConversationStore")

@@ -10,11 +10,13 @@ from __future__ import annotations
 from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
+from .conversations import ConversationOps
 from .db import Database, normalize_url
 from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
 from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
+from .paused_runs import PausedRun, PausedRunOps
 from .queries import Page, Queries
 from .states import Role
 
@@ -28,6 +30,7 @@ __all__ = (
     "Answer",
     "Approve",
     "ClaimedRun",
+    "ConversationOps",
     "Database",
     "DecidedCall",
     "Deny",
@@ -36,6 +39,8 @@ __all__ = (
     "LoginLimits",
     "Notifier",
     "Page",
+    "PausedRun",
+    "PausedRunOps",
     "Role",
     "Store",
     "Verdict",
@@ -43,5 +48,5 @@ __all__ = (
 )
 
 
-class Store(RunLifecycle, DecisionOps, Queries, AccountOps, LoginOps):
+class Store(RunLifecycle, DecisionOps, Queries, AccountOps, LoginOps, ConversationOps, PausedRunOps):
     """All store operations over one database."""

@@ -36,12 +36,12 @@ from ._writes import (
     Interrupted,
     RunEvent,
     RunWrite,
-    pending_call,
     utcnow,
 )
 from .audit import call_event, run_event
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .paused_runs import paused_write
 from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 
 ModelMessage = ModelRequest | ModelResponse
@@ -247,22 +247,9 @@ class RunLifecycle(StoreBase):
         executing: Collection[str] | None = None,
     ) -> None:
         """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
-        write = RunWrite(
-            run_id=run_id,
-            worker_id=worker_id,
-            messages=messages,
-            changes={"status": RunStatus.AWAITING_APPROVAL, "lease_owner": None, "lease_expires_at": None},
-            results=_call_results(messages, executing),
-            tool_definitions=list({r.tool_def.version: r.tool_def for r in requests.approvals}.values()),
-            announcements=[(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
-        )
-        for request in requests.approvals:
-            call = pending_call(request, write.now)
-            write.calls.append(call)
-            details = {"args": request.args, "args_digest": request.args_digest}
-            write.events.append(RunEvent("call.requested", "call", call["id"], request.tool_name, details))
-        waiting = {"waiting_for": [r.tool_call_id for r in requests.approvals]}
-        write.events.append(RunEvent("run.paused", "run", run_id, details=waiting))
+        write = paused_write(run_id, worker_id, requests, now=utcnow())
+        write.messages = messages
+        write.results = _call_results(messages, executing)
         await self.write_run(write)
 
     async def finish(

@@ -396,3 +396,47 @@ class LoginThrottleRow(Base):
     window_start: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     lockouts: Mapped[int] = mapped_column(Integer, default=0)
     locked_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class ConversationRecordRow(Base):
+    """A chat app's conversation (pydantic-ai's `ConversationRecord`): where its history ends and what it carries.
+
+    `run_id` links the inbox run that holds the calls the conversation waits on; the run's
+    messages after the first `synced_messages` join the conversation when it is next read.
+    """
+
+    __tablename__ = "conversation_records"
+
+    conversation_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    scope: Mapped[str | None] = mapped_column(String(200))
+    head_id: Mapped[str | None] = mapped_column(String(64))
+    revision: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    usage: Mapped[Any] = mapped_column(JsonValue)
+    deferred_tool_requests: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    forked_from: Mapped[str | None] = mapped_column(String(200))
+    forked_at: Mapped[str | None] = mapped_column(String(64))
+    branches: Mapped[Any] = mapped_column(JsonValue)
+    format_version: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    synced_messages: Mapped[int] = mapped_column(Integer, default=0)
+    """How many of the linked run's messages the conversation already holds."""
+
+    __table_args__ = (
+        Index("ix_conversation_records_scope_updated_at", "scope", "updated_at"),
+        Index("ix_conversation_records_updated_at", "updated_at"),
+    )
+
+
+class ConversationEntryRow(Base):
+    """One message of a conversation's log, pointing at the one before it; forks and branches share entries."""
+
+    __tablename__ = "conversation_entries"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    parent_id: Mapped[str | None] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(20))
+    message: Mapped[Any] = mapped_column(JsonValue)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (Index("ix_conversation_entries_parent_id", "parent_id"),)

@@ -1,0 +1,128 @@
+"""Runs that begin already waiting for people: a history made elsewhere, its pending calls in the inbox.
+
+A chat app's pydantic-ai run pauses in the app's own process, not in a worker
+(`approvals.pydantic_ai.SQLConversationStore`). It is stored as if a worker had started it
+and paused at once: the same rows, audit events (`run.started`, `call.requested`,
+`run.paused`) and wake-ups as `start_run` followed by `pause`, carried out by the same write
+(`apply_write`), in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import insert
+
+from ..deferred import DeferredToolRequests
+from ..exceptions import Forbidden, UserError
+from ._base import Actor, StoreBase
+from ._run_writes import INSERT_MESSAGES, Tx, apply_write
+from ._writes import RunEvent, RunWrite, pending_call, utcnow
+from .audit import run_event
+from .models import RunRow
+from .notify import PENDING_CHANNEL, RUNS_CHANNEL
+from .states import RunStatus
+
+__all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")
+
+INSERT_RUN = insert(RunRow)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PausedRun:
+    """A run to store already paused: its agent, history, and the calls it waits on."""
+
+    agent_name: str
+    history: Sequence[dict[str, Any]]
+    """The messages so far, oldest first, as stored JSON (each with its `kind`)."""
+    message_format: int
+    """The format the messages are written in (`approvals.messages.PYDANTIC_AI_FORMAT` for pydantic-ai's)."""
+    requests: DeferredToolRequests
+    """The calls that wait for people, validated and digested."""
+    prompt: str | None = None
+    """What the run is about, for lists and pages; the history is what the agent continues from."""
+    deps: Any = None
+    """JSON data the worker turns into the run's deps."""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class PausedRunOps(StoreBase):
+    """Starting a run that is paused from its first moment."""
+
+    async def start_paused_run(self, run: PausedRun, *, actor: Actor) -> str:
+        """Store `run` waiting for people, in one transaction; returns its id."""
+        if not actor.can("reviewer"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
+        return await self.run_statements(lambda tx: insert_paused_run(tx, run, actor.id))
+
+
+def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
+    """`run` as a new run awaiting approval, audited as started by `actor_id`, who also paused it.
+
+    The run is inserted as held by `actor_id` for the one write that pauses it, which is then
+    the very write a worker's pause makes.
+    """
+    if not run.requests.approvals:
+        raise UserError("A paused run needs calls to wait for")
+    now = utcnow()
+    tx.session.execute(
+        INSERT_RUN,
+        {
+            "id": run.run_id,
+            "agent_name": run.agent_name,
+            "status": RunStatus.RESUMING,
+            "prompt": run.prompt,
+            "deps": run.deps,
+            "started_by": actor_id,
+            "message_count": len(run.history),
+            "lease_owner": actor_id,
+            "lease_expires_at": None,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    if run.history:
+        tx.session.execute(INSERT_MESSAGES, _message_rows(run, now))
+    tx.record(run_event(actor_id, "run.started", run.run_id, run.agent_name, {"prompt": run.prompt}, at=now))
+    tx.announce(RUNS_CHANNEL, run.run_id)
+    apply_write(tx, paused_write(run.run_id, actor_id, run.requests, now=now))
+    return run.run_id
+
+
+def paused_write(run_id: str, worker_id: str, requests: DeferredToolRequests, *, now: dt.datetime) -> RunWrite:
+    """The write of a pause: the pending calls, their definitions, events and wake-ups (`RunLifecycle.pause`
+    adds the step's messages and results)."""
+    write = RunWrite(
+        run_id=run_id,
+        worker_id=worker_id,
+        changes={"status": RunStatus.AWAITING_APPROVAL, "lease_owner": None, "lease_expires_at": None},
+        tool_definitions=list({r.tool_def.version: r.tool_def for r in requests.approvals}.values()),
+        announcements=[(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
+        now=now,
+    )
+    for request in requests.approvals:
+        call = pending_call(request, now)
+        write.calls.append(call)
+        details = {"args": request.args, "args_digest": request.args_digest}
+        write.events.append(RunEvent("call.requested", "call", call["id"], request.tool_name, details))
+    waiting = {"waiting_for": [r.tool_call_id for r in requests.approvals]}
+    write.events.append(RunEvent("run.paused", "run", run_id, details=waiting))
+    return write
+
+
+def _message_rows(run: PausedRun, now: dt.datetime) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": run.run_id,
+            "seq": seq,
+            "kind": message["kind"],
+            "format_version": run.message_format,
+            "data": message,
+            "created_at": now,
+        }
+        for seq, message in enumerate(run.history)
+    ]

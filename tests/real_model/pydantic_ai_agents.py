@@ -73,7 +73,7 @@ async def _first_step_only(ctx: RunContext[Any], definitions: list[ToolDefinitio
 def make_pydantic_ai_refund_agent(base_url: str, *, name: str = "real-pydantic-ai") -> Agent[None, Any]:
     """A pydantic-ai agent whose refunds wait for a person."""
     provider = OpenAIProvider(
-        base_url=base_url, api_key="local", http_client=httpx2.AsyncClient(transport=NullContentAsEmpty())
+        base_url=base_url, api_key="local", http_client=httpx2.AsyncClient(transport=NullContentAsEmpty(), timeout=60)
     )
     agent: Agent[None, Any] = Agent(
         OpenAIChatModel(MODEL_ALIAS, provider=provider),

@@ -839,6 +839,23 @@ def test_form_strings_become_json_values_typed_by_the_schema() -> None:
     assert problems and problems[0][0] == "items" and problems[0][1].startswith("Not valid JSON")
 
 
+def test_an_edit_of_a_kwargs_tool_keeps_its_other_arguments_typed_by_their_schema() -> None:
+    """A `**counts: int` tool's extra keys get fields of their own, and come back from the form (they were dropped)."""
+
+    def recount(shelf: str, **counts: int) -> str:
+        return shelf
+
+    schema = Tool(recount).tool_def.parameters_json_schema
+    fields, _ = forms.arg_fields(schema, {"shelf": "B2", "cups": 4, "saucers": 6})
+    assert [(f.label, f.kind, f.input_value) for f in fields] == [
+        ("shelf", "string", "B2"),
+        ("cups", "integer", "4"),
+        ("saucers", "integer", "6"),
+    ]
+    form = {"args.shelf": "B2", "args.cups": "5", "args.saucers": "6"}
+    assert forms.args_from_form(schema, form) == ({"shelf": "B2", "cups": 5, "saucers": 6}, [])
+
+
 def test_fields_resolve_refs_and_errors_find_their_field() -> None:
     schema = Tool(ship).tool_def.parameters_json_schema
     fields, leftover = forms.arg_fields(

@@ -191,11 +191,27 @@ def arg_fields(
     """
     resolver = _Schema(schema)
     root = resolver.resolve(schema)
-    if root.get("properties"):
-        fields = _fields(resolver, root, args, (), submitted or {})
-    else:  # no properties to lay out (a free-form object): one JSON box per argument given
-        fields = [_field(resolver, {}, (key,), value, True, False, submitted or {}) for key, value in args.items()]
+    fields = _fields(resolver, root, args, (), submitted or {}) if root.get("properties") else []
+    declared = root.get("properties") or {}
+    extra = _extra_schema(root)
+    if extra is not None:  # a free-form object, or a tool's **kwargs: one box per other argument given
+        fields += [
+            _field(resolver, extra, (key,), value, True, False, submitted or {})
+            for key, value in args.items()
+            if key not in declared
+        ]
     return fields, _attach_errors(fields, errors)
+
+
+def _extra_schema(root: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The schema of arguments beyond the declared properties (a `**kwargs`), or None when there are none.
+
+    An object with no properties at all takes any argument, each in a JSON box.
+    """
+    extra = root.get("additionalProperties", not root.get("properties"))
+    if extra is False:
+        return None
+    return extra if isinstance(extra, Mapping) else {}
 
 
 def _fields(
@@ -306,13 +322,15 @@ def args_from_form(schema: Mapping[str, Any], form: Mapping[str, str]) -> tuple[
     resolver = _Schema(schema)
     root = resolver.resolve(schema)
     problems: list[tuple[str, str]] = []
-    fields, _ = arg_fields(schema, {})
-    args = _values(fields, form, problems)
-    if not root.get("properties"):  # a schema we cannot lay out: the form had one JSON box per argument
-        for name, text in form.items():
-            if name.startswith(FIELD_PREFIX):
-                args[name.removeprefix(FIELD_PREFIX)] = _parse_json(name.removeprefix(FIELD_PREFIX), text, problems)
-    return args, problems
+    extra_names = {
+        name.removeprefix(FIELD_PREFIX)
+        for name in form
+        if name.startswith(FIELD_PREFIX)
+        and name.removeprefix(FIELD_PREFIX).split(".")[0] not in root.get("properties", {})
+    }
+    # the other arguments (free-form, or **kwargs) come back as the fields they were shown in
+    fields, _ = arg_fields(schema, dict.fromkeys(extra_names) if _extra_schema(root) is not None else {})
+    return _values(fields, form, problems), problems
 
 
 def _values(fields: list[ArgField], form: Mapping[str, str], problems: list[tuple[str, str]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ agent) is filled in there, and both produce the same audit events in the same or
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -166,12 +167,27 @@ def tool_definition_row(definition: ToolDefinition, now: dt.datetime) -> dict[st
             "name": definition.name,
             "description": definition.description,
             "parameters_json_schema": definition.parameters_json_schema,
+            PARAMETERS_TEXT: json.dumps(definition.parameters_json_schema, ensure_ascii=False),
             "strict": definition.strict,
             "sequential": definition.sequential,
             "metadata": definition.metadata,
         },
         "created_at": now,
     }
+
+
+PARAMETERS_TEXT = "parameters_json_text"
+"""The schema again, as JSON text: PostgreSQL's JSONB reorders an object's keys, and a schema's
+property order is the order a reviewer's form shows the arguments in. JSONB keeps a string as is."""
+
+
+def tool_definition_from_row(stored: dict[str, Any]) -> ToolDefinition:
+    """A stored definition, its schema's properties in the order the tool declared them."""
+    fields = dict(stored)
+    text = fields.pop(PARAMETERS_TEXT, None)
+    if isinstance(text, str):
+        fields["parameters_json_schema"] = json.loads(text)
+    return ToolDefinition(**fields)
 
 
 def lease_lost(run_id: str, worker_id: str, status: str | None) -> Exception:

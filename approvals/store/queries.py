@@ -20,6 +20,7 @@ from ..exceptions import NotFound, UserError
 from ..messages import ModelRequest, ModelResponse, load_stored_history
 from ..tools import ToolDefinition
 from ._base import StoreBase
+from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain
 from .models import STORED_TEXT, AuditEventRow, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 
@@ -136,7 +137,7 @@ class Queries(StoreBase):
             row = await session.get(ToolDefinitionRow, version)
             if row is None:
                 raise NotFound(f"No tool definition {version!r}")
-            return ToolDefinition(**row.definition)
+            return tool_definition_from_row(row.definition)
 
     async def list_calls(
         self,

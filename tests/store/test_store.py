@@ -446,3 +446,15 @@ async def test_a_user_named_system_is_no_admin(store: Store) -> None:
         await store.update_user("bob", role="admin", actor=impostor)
     with pytest.raises(UserError, match="reserved"):
         await store.create_user("system", "pw-123456789", role="viewer", actor=Actor("ada", "admin"))
+
+
+async def test_a_stored_tool_definition_keeps_the_order_of_its_parameters(store: Store) -> None:
+    """PostgreSQL's JSONB sorts an object's keys (shortest first), which put `amount` before `order_id`
+    in every reviewer's form; the order the tool declared is what comes back, on both databases."""
+    run_id = await store.start_run("shop", "refund and delete", actor=SERVICE)
+    await Resumer(store, registry()).resume(run_id)
+    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    stored = await store.tool_definition(calls["refund"].tool_version)
+    declared = shop_agent.tools["refund"].tool_def
+    assert list(stored.parameters_json_schema["properties"]) == ["order_id", "amount"]
+    assert stored == declared

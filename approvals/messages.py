@@ -10,10 +10,12 @@ is its own part, so no provider adapter can mistake it for a tool's output.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeAlias, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, cast
 
 import pydantic
 import pydantic_core
@@ -21,9 +23,11 @@ from pydantic import Discriminator, TypeAdapter
 
 from .exceptions import UserError
 
+if TYPE_CHECKING:
+    from .engines import HistoryCodec
+
 __all__ = (
     "MESSAGE_FORMAT_VERSION",
-    "PYDANTIC_AI_FORMAT",
     "ModelMessage",
     "ModelRequest",
     "ModelRequestPart",
@@ -43,6 +47,7 @@ __all__ = (
     "dump_messages",
     "format_version_of",
     "load_message",
+    "load_message_array",
     "load_messages",
     "model_facing_content",
 )
@@ -234,50 +239,60 @@ _message_adapter: TypeAdapter[ModelRequest | ModelResponse] = TypeAdapter(ModelM
 _history_adapter: TypeAdapter[list[ModelRequest | ModelResponse]] = TypeAdapter(list[ModelMessage])
 
 
-PYDANTIC_AI_FORMAT = 1001
-"""The format version of a stored message written in pydantic-ai's own JSON (`approvals.pydantic_ai`)."""
+@functools.cache
+def _registry() -> ModuleType:
+    """The engine registry (`approvals.engines`), imported when a message not ours is first met."""
+    from . import engines
+
+    return engines
 
 
-def _pydantic_ai_history() -> Any:
-    """The pydantic-ai codec, imported only when a pydantic-ai history is met."""
-    try:
-        from .pydantic_ai import _history
-    except ImportError as exc:
-        raise UserError(
-            f"This history was written by a pydantic-ai agent; reading it needs pydantic-ai ({exc}): "
-            "install approvals[pydantic-ai]"
-        ) from exc
-    return _history
+def _foreign_codec(message: object) -> HistoryCodec:
+    """The codec of the engine a message not ours belongs to, loaded if need be."""
+    codec: HistoryCodec = _registry().codec_of(message)
+    return codec
+
+
+def _codec_for_format(format_version: int) -> HistoryCodec:
+    """The codec of the engine that stores messages in `format_version`, a format not ours."""
+    codec: HistoryCodec = _registry().codec_for_format(format_version)
+    return codec
+
+
+def _is_ours(format_version: int) -> bool:
+    """Whether a stored message's format is one of ours (current, or older ones `_upgrade_message` brings up)."""
+    return 1 <= format_version <= MESSAGE_FORMAT_VERSION
 
 
 def dump_message(message: ModelRequest | ModelResponse) -> dict[str, Any]:
-    """One message as JSON-compatible data (for one stored row); a pydantic-ai message in pydantic-ai's JSON."""
+    """One message as JSON-compatible data (for one stored row); another engine's message in its engine's JSON."""
     if not isinstance(message, ModelRequest | ModelResponse):
-        return cast(dict[str, Any], _pydantic_ai_history().dump_message(message))
+        return _foreign_codec(message).dump_message(message)
     dumped: dict[str, Any] = _message_adapter.dump_python(message, mode="json")
     return dumped
 
 
 def as_approvals_messages(messages: Sequence[Any]) -> list[ModelRequest | ModelResponse]:
-    """A history as our message types, for reading it: a pydantic-ai run's converted, ours as they are."""
+    """A history as our message types, for reading it: another engine's run's converted, ours as they are."""
     if all(isinstance(m, ModelRequest | ModelResponse) for m in messages):
         return list(messages)
-    return cast(list[ModelRequest | ModelResponse], _pydantic_ai_history().as_approvals_messages(messages))
+    foreign = next(m for m in messages if not isinstance(m, ModelRequest | ModelResponse))
+    return cast(list[ModelRequest | ModelResponse], _foreign_codec(foreign).view(messages))
 
 
 def format_version_of(messages: Sequence[Any]) -> int:
-    """The format the messages of one write are stored in: ours, or pydantic-ai's for a pydantic-ai run."""
+    """The format the messages of one write are stored in: ours, or their engine's (another engine's run)."""
     if messages and not isinstance(messages[0], ModelRequest | ModelResponse):
-        return PYDANTIC_AI_FORMAT
+        return _foreign_codec(messages[0]).format_version
     return MESSAGE_FORMAT_VERSION
 
 
 def load_message(
     data: dict[str, Any] | str | bytes, *, format_version: int = MESSAGE_FORMAT_VERSION
 ) -> ModelRequest | ModelResponse:
-    """Load one message dumped by `dump_message`, from any supported format version."""
-    if format_version == PYDANTIC_AI_FORMAT:
-        return cast(ModelRequest | ModelResponse, _pydantic_ai_history().load_message(data))
+    """Load one message dumped by `dump_message`, from any supported format version (another engine's too)."""
+    if not _is_ours(format_version):
+        return cast(ModelRequest | ModelResponse, _codec_for_format(format_version).load_message(data))
     raw = json.loads(data) if isinstance(data, str | bytes) else data
     return _message_adapter.validate_python(_upgrade_message(raw, format_version))
 
@@ -293,17 +308,24 @@ def load_stored_history(
     return [load_message(data, format_version=version) for data, version in stored]
 
 
+def load_message_array(array: str | bytes) -> list[ModelRequest | ModelResponse]:
+    """Messages in the current format from one JSON array of them, parsed and validated in one pass."""
+    return _history_adapter.validate_json(array)
+
+
 def load_stored_array(array: str | bytes, versions: Sequence[int]) -> list[ModelRequest | ModelResponse]:
     """Stored messages from one JSON array of them, with each one's format version.
 
     When every message is in the current format, the array is parsed and validated in one
     pass (pydantic-core's `validate_json`): a resume that loads a long history pays for one
-    parse, not one `json.loads` and one validation per message.
+    parse, not one `json.loads` and one validation per message. Another engine's history
+    (all in its format) is read by its codec, in one pass too.
     """
     if all(version == MESSAGE_FORMAT_VERSION for version in versions):
         return _history_adapter.validate_json(array)
-    if all(version == PYDANTIC_AI_FORMAT for version in versions):
-        return cast(list[ModelRequest | ModelResponse], _pydantic_ai_history().load_array(array))
+    first = versions[0]
+    if not _is_ours(first) and all(version == first for version in versions):
+        return cast(list[ModelRequest | ModelResponse], _codec_for_format(first).load_array(array))
     return [
         load_message(data, format_version=version) for data, version in zip(json.loads(array), versions, strict=True)
     ]

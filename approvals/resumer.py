@@ -9,7 +9,10 @@ it completes, and records how the run ended: completed, failed, or paused again.
 
 Agents are found by name in an `AgentRegistry`; a worker in another process registers
 the same agents (an import path like `myapp.agents:support_agent` is enough), so any
-worker can continue any stored run.
+worker can continue any stored run. An agent is registered as its engine adopts it
+(`approvals.engines`: our `Agent` as it is, a pydantic-ai agent wrapped), and that engine's
+history codec reads what each step did: the outcomes of the approved calls it ran
+(`call_outcomes`), which the store writes as given.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -33,14 +36,16 @@ import pydantic_core
 from ._history import pending_tool_calls, since_last_response
 from ._outage import Outage
 from ._persistence import RunPersistence
-from .agent import Agent, AgentRunResult
+from .agent import AgentRunResult
 from .deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
+from .engines import Engine, HistoryCodec, adopting_engines
 from .exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from .history_cache import HistoryCache
-from .messages import ModelRequest, ModelResponse, as_approvals_messages
+from .messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
 from .store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from .store.errors import describe, is_transient
 from .store.models import RunRow
+from .store.states import CallStatus, RunStatus
 from .tools import Tool
 from .usage import RunTotals
 
@@ -112,10 +117,20 @@ class ResumableAgent(Protocol):
 
 @dataclass(frozen=True)
 class RegisteredAgent:
-    """An agent and how to build its run dependencies from stored data."""
+    """An agent, how to build its run dependencies from stored data, and the engine it belongs to."""
 
     agent: ResumableAgent
     deps_factory: DepsFactory | None = None
+    engine: Engine | None = None
+    """The engine that adopted the agent (`approvals.engines`); found again from the agent when not given."""
+
+    @property
+    def codec(self) -> HistoryCodec:
+        """How the agent's runs store their messages, and read them in our types."""
+        engine = self.engine if self.engine is not None else _adopt(self.agent)[0]
+        if engine.codec is None:
+            raise UserError(f"Agent {self.agent.name!r} belongs to the {engine.name!r} engine, which keeps no history")
+        return engine.codec
 
     async def make_deps(self, data: Any) -> Any:
         """Stored deps data -> the deps object (clients, connections) the tools use."""
@@ -125,27 +140,25 @@ class RegisteredAgent:
         return await deps if inspect.isawaitable(deps) else deps
 
 
-def _is_pydantic_ai_agent(candidate: object) -> bool:
-    """A `pydantic_ai.Agent`, told without importing pydantic-ai (an optional extra)."""
-    return any(cls.__module__.startswith("pydantic_ai.") and cls.__name__ == "Agent" for cls in type(candidate).__mro__)
+def _adopt(candidate: object, *, name: str | None = None) -> tuple[Engine, ResumableAgent]:
+    """The engine that knows `candidate`, and `candidate` as an agent the worker runs; else a `UserError`."""
+    adopted = _adopted(candidate, name=name)
+    if adopted is None:
+        raise UserError(f"Not an agent: expected an approvals or pydantic-ai Agent, found {type(candidate).__name__}")
+    return adopted
 
 
-def _is_wrapped_pydantic_ai_agent(candidate: object) -> bool:
-    return any(
-        cls.__module__.startswith("approvals.pydantic_ai") and cls.__name__ == "PydanticAIAgent"
-        for cls in type(candidate).__mro__
-    )
+def _adopted(candidate: object, *, name: str | None = None) -> tuple[Engine, ResumableAgent] | None:
+    for engine in adopting_engines():
+        agent = engine.adopt(candidate, name=name)
+        if agent is not None:
+            return engine, cast(ResumableAgent, agent)
+    return None
 
 
 def as_resumable(candidate: object, *, name: str | None = None) -> ResumableAgent:
-    """Our `Agent` as it is, a pydantic-ai agent wrapped; anything else is a `UserError`."""
-    if isinstance(candidate, Agent) or _is_wrapped_pydantic_ai_agent(candidate):
-        return cast(ResumableAgent, candidate)
-    if _is_pydantic_ai_agent(candidate):
-        from .pydantic_ai import PydanticAIAgent
-
-        return PydanticAIAgent(cast(Any, candidate), name=name)
-    raise UserError(f"Not an agent: expected an approvals or pydantic-ai Agent, found {type(candidate).__name__}")
+    """`candidate` as its engine adopts it: our `Agent` as it is, a pydantic-ai agent wrapped; else a `UserError`."""
+    return _adopt(candidate, name=name)[1]
 
 
 class AgentRegistry:
@@ -162,7 +175,7 @@ class AgentRegistry:
         A `pydantic_ai.Agent` is wrapped in `approvals.pydantic_ai.PydanticAIAgent`; what is
         registered (and what `get` gives back) is returned.
         """
-        resumable = as_resumable(agent)
+        engine, resumable = _adopt(agent)
         if deps_factory is None:
             deps_factory = getattr(resumable, "deps_factory", None)
         existing = self._agents.get(resumable.name)
@@ -171,7 +184,7 @@ class AgentRegistry:
                 raise UserError(f"Another agent is already registered as {resumable.name!r}")
             if existing.agent is not resumable:
                 return existing.agent  # the same pydantic-ai agent again: keep the first wrapper
-        self._agents[resumable.name] = RegisteredAgent(resumable, deps_factory)
+        self._agents[resumable.name] = RegisteredAgent(resumable, deps_factory, engine)
         return resumable
 
     def load(self, import_path: str) -> ResumableAgent:
@@ -184,12 +197,11 @@ class AgentRegistry:
         except ImportError as exc:
             raise UserError(f"Cannot import {module_name!r} for agent {import_path!r}: {exc}") from exc
         found = getattr(module, attribute, None)
-        if _is_pydantic_ai_agent(found):
-            # pydantic-ai names an agent only once it runs; a worker must know the name now
-            return self.register(as_resumable(found, name=getattr(found, "name", None) or attribute))
-        if not (isinstance(found, Agent) or _is_wrapped_pydantic_ai_agent(found)):
+        # an agent without a name of its own (pydantic-ai names one only once it runs) is named after its attribute
+        adopted = _adopted(found, name=getattr(found, "name", None) or attribute)
+        if adopted is None:
             raise UserError(f"{import_path!r} is not an Agent (found {type(found).__name__})")
-        return self.register(found)
+        return self.register(adopted[1])
 
     def get(self, name: str) -> RegisteredAgent:
         try:
@@ -210,13 +222,34 @@ def _unwrapped(agent: object) -> object:
     return getattr(agent, "agent", agent)
 
 
+def call_outcomes(
+    messages: Iterable[ModelRequest | ModelResponse], executing: Collection[str]
+) -> dict[str, tuple[CallStatus, Any]]:
+    """The outcomes of the approved calls in `executing` that `messages` (in our types) report, by tool call id.
+
+    A call succeeded with its tool's result, or failed with the retry message the model read;
+    a call of `executing` the messages do not settle is left out, and so is any other call. The
+    store writes these as given (`Store.append_step`, `pause`, `finish`): it never reads a history.
+    """
+    outcomes: dict[str, tuple[CallStatus, Any]] = {}
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    if part.source == "tool" and part.tool_call_id in executing:
+                        outcomes[part.tool_call_id] = (CallStatus.SUCCEEDED, part.content)
+                elif isinstance(part, RetryPromptPart) and part.tool_call_id and part.tool_call_id in executing:
+                    outcomes[part.tool_call_id] = (CallStatus.FAILED, part.content)
+    return outcomes
+
+
 def decision_from_row(row: DecidedCall) -> ToolApproved | ToolDenied | ToolAnswered:
     """The deferred result a decided call stands for."""
-    if row.status == "approved":
+    if row.status == CallStatus.APPROVED:
         return ToolApproved(override_args=row.override_args, args_digest=row.args_digest)
-    if row.status in ("denied", "expired"):
+    if row.status in (CallStatus.DENIED, CallStatus.EXPIRED):
         return ToolDenied(message=row.denial_reason or "Denied.")
-    if row.status == "answered":
+    if row.status == CallStatus.ANSWERED:
         return ToolAnswered(content=row.answer)
     raise UserError(f"Call {row.id!r} is {row.status}, not decided")
 
@@ -307,7 +340,7 @@ class Resumer:
                 await self._continue(claimed, lease)
                 group.cancel_scope.cancel()
         except* LeaseLost as lost:  # from the task group, so in an exception group
-            if any(isinstance(error, LeaseLost) and error.status == "cancelled" for error in lost.exceptions):
+            if any(isinstance(error, LeaseLost) and error.status == RunStatus.CANCELLED for error in lost.exceptions):
                 logger.warning("run %s was cancelled; this worker stopped and stored nothing more", claimed.run_id)
             else:
                 reason = lost.exceptions[0]
@@ -371,7 +404,7 @@ class Resumer:
                 outage.succeeded()
                 lease.renewed()
                 return
-            if run.status != "resuming" or run.lease_owner != self.worker_id:
+            if run.status != RunStatus.RESUMING or run.lease_owner != self.worker_id:
                 raise LeaseLost(f"run {run_id} is {run.status}, no longer held by {self.worker_id}", status=run.status)
             attempt = True
 
@@ -388,8 +421,9 @@ class Resumer:
         stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
             entry = self.registry.get(claimed.agent_name)
+            stored.codec = entry.codec
             deps = await entry.make_deps(claimed.deps)
-            results = self._decisions(run_id, history, claimed.decided_calls)
+            results = self._decisions(run_id, entry.codec.view(since_last_response(history)), claimed.decided_calls)
             result = await entry.agent.run(
                 None if history else claimed.prompt,
                 deps=deps,
@@ -440,9 +474,10 @@ class Resumer:
 
     @staticmethod
     def _decisions(
-        run_id: str, history: list[ModelRequest | ModelResponse], decided: dict[str, DecidedCall]
+        run_id: str, tail: list[ModelRequest | ModelResponse], decided: dict[str, DecidedCall]
     ) -> DeferredToolResults | None:
-        pending = pending_tool_calls(as_approvals_messages(since_last_response(history)))
+        """The people's decisions on the calls the history's `tail` (from its last response, in our types) waits on."""
+        pending = pending_tool_calls(tail)
         if not pending:
             return None
         missing = [call_id for call_id in pending if call_id not in decided]
@@ -468,6 +503,8 @@ class _StoredRun:
         self._worker = resumer.worker_id
         self.count = stored_messages
         """Messages of the run stored so far."""
+        self.codec: HistoryCodec | None = None
+        """The run's engine's codec, once its agent is known: it reads the outcomes of the calls in each step."""
         self._executing: set[str] = set()  # marked executing, results not yet stored
         self._started: set[str] = set()  # handed to their tools
 
@@ -478,7 +515,7 @@ class _StoredRun:
 
             async def landed(run: RunRow) -> bool:
                 calls = {c.tool_call_id: c.status for c in await self._store.run_calls(self._run_id)}
-                return all(calls.get(call_id) == "executing" for call_id in fresh)
+                return all(calls.get(call_id) == CallStatus.EXECUTING for call_id in fresh)
 
             await self._write(
                 "marking calls executing", lambda: self._store.mark_executing(self._run_id, self._worker, fresh), landed
@@ -488,36 +525,31 @@ class _StoredRun:
 
     async def on_step(self, messages: list[ModelRequest | ModelResponse]) -> None:
         """Append a completed step, with the results of the calls marked executing before it."""
+        results = self._outcomes(messages)
         await self._write(
             "storing a step",
             lambda: self._store.append_step(
-                self._run_id,
-                self._worker,
-                messages,
-                lease_seconds=self._resumer.lease_seconds,
-                executing=frozenset(self._executing),
+                self._run_id, self._worker, messages, lease_seconds=self._resumer.lease_seconds, results=results
             ),
-            self._grown_by(len(messages), "resuming"),
+            self._grown_by(len(messages), RunStatus.RESUMING),
         )
         self.count += len(messages)
         self._executing.clear()  # approved calls run before the step that follows them is stored
 
     async def pause(self, remaining: list[ModelRequest | ModelResponse], requests: DeferredToolRequests) -> None:
+        results = self._outcomes(remaining)
         await self._write(
             "pausing it",
-            lambda: self._store.pause(
-                self._run_id, self._worker, remaining, requests, executing=frozenset(self._executing)
-            ),
-            self._grown_by(len(remaining), "awaiting_approval", "ready"),
+            lambda: self._store.pause(self._run_id, self._worker, remaining, requests, results=results),
+            self._grown_by(len(remaining), RunStatus.AWAITING_APPROVAL, RunStatus.READY),
         )
 
     async def complete(self, remaining: list[ModelRequest | ModelResponse], output: Any) -> None:
+        results = self._outcomes(remaining)
         await self._write(
             "recording that it completed",
-            lambda: self._store.finish(
-                self._run_id, self._worker, remaining, output=output, executing=frozenset(self._executing)
-            ),
-            self._grown_by(len(remaining), "completed"),
+            lambda: self._store.finish(self._run_id, self._worker, remaining, output=output, results=results),
+            self._grown_by(len(remaining), RunStatus.COMPLETED),
         )
 
     async def fail(self, error: str, failed_tool_call_id: str | None = None) -> None:
@@ -528,11 +560,19 @@ class _StoredRun:
             lambda: self._store.finish(
                 self._run_id, self._worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
             ),
-            self._grown_by(0, "failed"),
+            self._grown_by(0, RunStatus.FAILED),
         )
         logger.info("run %s (%s) failed: %s", self._run_id, self._claimed.agent_name, error)
 
-    def _grown_by(self, count: int, *statuses: str) -> _Landed:
+    def _outcomes(self, messages: list[Any]) -> dict[str, tuple[CallStatus, Any]]:
+        """What the calls marked executing came to, as far as `messages` settle them (see `call_outcomes`)."""
+        if not self._executing or not messages:
+            return {}  # the usual step: no approved call ran before it, nothing to read
+        if self.codec is None:
+            raise UserError(f"run {self._run_id}: calls ran before its agent was known")
+        return call_outcomes(self.codec.view(messages), self._executing)
+
+    def _grown_by(self, count: int, *statuses: RunStatus) -> _Landed:
         """Whether the stored run has exactly `count` more messages (and one of `statuses`)."""
         expected = self.count + count
 

@@ -21,13 +21,23 @@ from functools import cached_property, partial
 from typing import Any, Generic, Literal, TypeAlias, overload
 
 import anyio.to_thread
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import SchemaValidator, to_jsonable_python
 from typing_extensions import TypeVar
 
 from . import _json_schema
 from ._canonical import digest, non_finite_path
 from ._docstrings import DocstringFormat
 from ._run_context import AgentDepsT, RunContext
-from ._schema import ArgError, ArgsInvalid, ArgsSchema, JsonSchemaArgs, check_json_schema, function_schema
+from ._schema import (
+    ArgError,
+    ArgsInvalid,
+    ArgsSchema,
+    JsonSchemaArgs,
+    _pydantic_errors,
+    check_json_schema,
+    function_schema,
+)
 from .exceptions import ToolDefinitionError, ToolRetryError
 
 __all__ = (
@@ -227,6 +237,7 @@ class Tool(Generic[AgentDepsT]):
         sequential: bool = False,
         metadata: dict[str, Any] | None = None,
         allow_long_description: bool = False,
+        _validator: SchemaValidator | TypeAdapter[Any] | None = None,
     ) -> Tool[Any]:
         """A tool from a hand-written JSON schema, for functions without usable type hints.
 
@@ -234,10 +245,15 @@ class Tool(Generic[AgentDepsT]):
         them as keyword arguments (after the context, when `takes_ctx`).
         """
         self: Tool[Any] = cls.__new__(cls)
-        problems = check_json_schema(json_schema)
+        args_schema: ArgsSchema | None
+        if _validator is not None:  # `from_validator`: the schema only describes the arguments
+            problems, args_schema = [], _ValidatorArgs(_validator, json_schema)
+        else:
+            problems = check_json_schema(json_schema)
+            args_schema = None if problems else JsonSchemaArgs(copy.deepcopy(json_schema))
         self._setup(
             function,
-            args_schema=None if problems else JsonSchemaArgs(copy.deepcopy(json_schema)),
+            args_schema=args_schema,
             name=name,
             description=description or "",
             takes_ctx=takes_ctx,
@@ -255,6 +271,24 @@ class Tool(Generic[AgentDepsT]):
             allow_long_description=allow_long_description,
         )
         return self
+
+    @classmethod
+    def from_validator(
+        cls,
+        function: Callable[..., Any],
+        *,
+        validator: SchemaValidator | TypeAdapter[Any],
+        json_schema: dict[str, Any],
+        **options: Any,
+    ) -> Tool[Any]:
+        """A tool whose arguments `validator` checks (pydantic's, built elsewhere), described by `json_schema`.
+
+        For tools another framework already described (pydantic-ai's): a call and a reviewer's
+        edit are validated exactly as that framework validates them, into a dict of keyword
+        arguments, and the model is shown `json_schema` as it is. The other options are
+        `from_schema`'s (`name` and `description` are required).
+        """
+        return cls.from_schema(function, json_schema=json_schema, _validator=validator, **options)
 
     def _setup(
         self,
@@ -411,6 +445,33 @@ class Tool(Generic[AgentDepsT]):
                 partial(self.function, *positional, **keyword), abandon_on_cancel=True
             )
         return result if isinstance(result, ToolReturn) else ToolReturn(return_value=result)
+
+
+class _ValidatorArgs(ArgsSchema):
+    """A given pydantic validator behind our interface (`Tool.from_validator`)."""
+
+    def __init__(self, validator: SchemaValidator | TypeAdapter[Any], json_schema: dict[str, Any]) -> None:
+        self._validator = validator
+        self.json_schema = json_schema
+
+    def validate_python(self, data: Any) -> Any:
+        try:
+            return self._validator.validate_python(data)
+        except ValidationError as exc:
+            raise ArgsInvalid(_pydantic_errors(exc)) from None
+
+    def validate_json(self, data: str | bytes) -> Any:
+        try:
+            return self._validator.validate_json(data or "{}")
+        except ValidationError as exc:
+            raise ArgsInvalid(_pydantic_errors(exc)) from None
+
+    def call_args(self, validated: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (), dict(validated)
+
+    def dump(self, validated: Any) -> dict[str, Any]:
+        dumped: dict[str, Any] = to_jsonable_python(validated)
+        return dumped
 
 
 def _copy_json(value: Any) -> Any:

@@ -108,9 +108,7 @@ async def bench_steps(url: str, label: str) -> None:
         for i in range(30):
             before = await wal_lsn(store)
             start = time.perf_counter()
-            await store.append_step(
-                run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600, executing=frozenset()
-            )
+            await store.append_step(run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600)
             times.append(time.perf_counter() - start)
             after = await wal_lsn(store)
             if before is not None and after is not None:
@@ -122,15 +120,13 @@ async def bench_steps(url: str, label: str) -> None:
         )
     print(f"[{label}] pause latency (messages + pending call + status + audit, one transaction)")
     for i in range(PAUSE_WARMUP):  # a worker's connection has its statements prepared after its first pauses
-        await store.pause(
-            await run_with_history(store, 2), "bench-worker", step_messages(i), deferred(i), executing=frozenset()
-        )
+        await store.pause(await run_with_history(store, 2), "bench-worker", step_messages(i), deferred(i))
     for history in (10, 100, 1000):
         runs = [await run_with_history(store, history) for _ in range(PAUSE_SAMPLES)]
         samples = []
         for i, run_id in enumerate(runs):
             start = time.perf_counter()
-            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i), executing=frozenset())
+            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i))
             samples.append(time.perf_counter() - start)
         print(
             f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms"

@@ -22,10 +22,9 @@ from pydantic_ai.usage import RunUsage
 
 from .._history import pending_tool_calls, since_last_response
 from ..exceptions import UserError
-from ..messages import PYDANTIC_AI_FORMAT
 from ..store.conversations import ConversationData, ConversationSync, EntryData, RunNews
 from ..store.states import RunStatus
-from ._history import ANSWERED_MARK, as_approvals_messages, dump_message, load_message
+from ._history import ANSWERED_MARK, PYDANTIC_AI_FORMAT, as_approvals_messages, dump_message, load_message
 from .agent import _reason
 
 __all__ = ("entry_data", "entry_from", "last_prompt", "record_data", "record_from", "synced")

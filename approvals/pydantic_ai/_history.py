@@ -2,8 +2,9 @@
 
 A pydantic-ai run's messages are stored exactly as `ModelMessagesTypeAdapter` writes them, so
 pydantic-ai (and its tools) can continue the run from the store. Everything of ours that reads
-a history (the worker's pending calls, the store's call outcomes, the run page, the API) reads
-the same messages through `as_approvals_messages`: a view in our types, never stored.
+a history (the worker's pending calls and call outcomes, the run page, the API) reads the same
+messages through `as_approvals_messages`: a view in our types, never stored. `engine.py` makes
+these functions the pydantic-ai engine's history codec.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .. import messages as ours
 
 __all__ = (
     "ANSWERED_MARK",
+    "PYDANTIC_AI_FORMAT",
     "as_approvals_message",
     "as_approvals_messages",
     "dump_message",
@@ -28,6 +30,8 @@ __all__ = (
     "load_message",
 )
 
+PYDANTIC_AI_FORMAT = 1001
+"""The format version of a stored message written in pydantic-ai's own JSON."""
 ANSWERED_MARK = "approvals:answered"
 """Key in a `ToolReturnPart.metadata` we set when a person answered in the tool's place."""
 

@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import pydantic_ai
-import pydantic_core
-from pydantic import ValidationError
 from pydantic_ai import messages as pai
 from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.models import Model as PydanticAIModel
@@ -31,14 +29,13 @@ from pydantic_ai.toolsets import AbstractToolset, ExternalToolset, FunctionTools
 from .._decisions import bind, check_decisions, deferred_call
 from .._history import pending_tool_calls, resolved_ids, since_last_response
 from .._persistence import NO_PERSISTENCE, RunPersistence
-from .._schema import ArgsInvalid, ArgsSchema, _pydantic_errors
 from ..agent import AgentRunResult
 from ..deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from ..exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError, UserError
-from ..messages import ToolCallPart, Usage, as_approvals_messages
+from ..messages import ToolCallPart, Usage
 from ..tools import Tool, ToolDefinition
 from ..usage import RunTotals
-from ._history import ANSWERED_MARK
+from ._history import ANSWERED_MARK, as_approvals_messages
 
 __all__ = ("POLICY_KEY", "PydanticAIAgent", "PydanticAIRunError")
 
@@ -245,45 +242,17 @@ class _StepRecorder(WrapperModel):
         return await super().request(messages, model_settings, model_request_parameters)
 
 
-class _ValidatorArgs(ArgsSchema):
-    """A pydantic-ai function tool's own validator behind our interface: edits validate exactly as its calls do."""
-
-    def __init__(self, pai_tool: pydantic_ai.Tool[Any]) -> None:
-        self._validator = pai_tool.function_schema.validator
-        self.json_schema = pai_tool.tool_def.parameters_json_schema
-
-    def validate_python(self, data: Any) -> Any:
-        try:
-            return self._validator.validate_python(data)
-        except ValidationError as exc:
-            raise ArgsInvalid(_pydantic_errors(exc)) from None
-
-    def validate_json(self, data: str | bytes) -> Any:
-        try:
-            return self._validator.validate_json(data or "{}")
-        except ValidationError as exc:
-            raise ArgsInvalid(_pydantic_errors(exc)) from None
-
-    def call_args(self, validated: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (), dict(validated)
-
-    def dump(self, validated: Any) -> dict[str, Any]:
-        dumped: dict[str, Any] = pydantic_core.to_jsonable_python(validated)
-        return dumped
-
-
 def _function_tool(pai_tool: pydantic_ai.Tool[Any]) -> Tool[Any]:
-    tool = Tool.__new__(Tool)
-    tool._setup(
+    """A pydantic-ai function tool as ours, validated by its own validator: edits validate exactly as its calls do."""
+    return Tool.from_validator(
         pai_tool.function,
-        args_schema=_ValidatorArgs(pai_tool),
+        validator=pai_tool.function_schema.validator,
+        json_schema=pai_tool.tool_def.parameters_json_schema,
         name=pai_tool.name,
-        description=pai_tool.description or "",
+        description=pai_tool.description,
         takes_ctx=pai_tool.takes_ctx,
-        problems=[],
         retries=pai_tool.max_retries,
         timeout=None,
-        prepare=None,
         requires_approval=pai_tool.requires_approval,
         strict=pai_tool.strict,
         sequential=pai_tool.sequential,
@@ -291,7 +260,6 @@ def _function_tool(pai_tool: pydantic_ai.Tool[Any]) -> Tool[Any]:
         allow_long_description=True,
         **_policies(pai_tool.name, pai_tool.metadata),
     )
-    return tool
 
 
 def _schema_tool(definition: PydanticAIToolDefinition) -> Tool[Any]:

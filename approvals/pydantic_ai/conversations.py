@@ -21,10 +21,10 @@ from pydantic_ai.conversation_store import (
 )
 
 from ..exceptions import UserError
-from ..messages import PYDANTIC_AI_FORMAT
 from ..store import SYSTEM, Actor, Store
 from ..store.conversations import ConversationChanged, ConversationWrite, RunToOpen, StoredConversation
 from ._conversation_data import entry_data, entry_from, last_prompt, record_data, record_from, synced
+from ._history import PYDANTIC_AI_FORMAT
 from .agent import PydanticAIAgent
 
 __all__ = ("SQLConversationStore",)

@@ -21,9 +21,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import func, select
 
 from approvals.exceptions import Forbidden
-from approvals.messages import PYDANTIC_AI_FORMAT
 from approvals.pydantic_ai import PydanticAIAgent, SQLConversationStore
 from approvals.pydantic_ai._conversation_data import synced
+from approvals.pydantic_ai.engine import PYDANTIC_AI_FORMAT
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import SYSTEM, Actor, Approve, PausedRun, Store
 from approvals.store.models import ConversationEntryRow, ConversationRecordRow, MessageRow

@@ -18,9 +18,10 @@ from sqlalchemy import select
 
 from approvals import InvalidEdit
 from approvals.exceptions import Conflict
-from approvals.messages import PYDANTIC_AI_FORMAT, ToolDeniedPart, as_approvals_messages
+from approvals.messages import ToolDeniedPart, as_approvals_messages
 from approvals.messages import ToolReturnPart as OurToolReturnPart
 from approvals.pydantic_ai import PydanticAIAgent
+from approvals.pydantic_ai.engine import PYDANTIC_AI_FORMAT
 from approvals.resumer import AgentRegistry, Resumer
 from approvals.service import ApprovalService
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store

@@ -27,6 +27,7 @@ from approvals.models import FunctionModel
 from approvals.models.function import AgentInfo
 from approvals.resumer import AgentRegistry, Resumer, run_worker
 from approvals.store import Actor, Answer, Approve, Database, Deny, Store
+from approvals.store.states import CallStatus
 from approvals.usage import RunTotals
 
 from .agents import Gate, email_agent, shop_agent, slow_agent
@@ -183,11 +184,12 @@ async def test_an_admin_cancels_a_run_a_worker_holds_and_every_later_write_of_th
     assert events[-2].details == {"reason": "wrong customer"}
 
     late = [ModelRequest(parts=[UserPromptPart(content="late")])]
+    late_result = (CallStatus.SUCCEEDED, "late")
     writes: list[Callable[[], Awaitable[None]]] = [
         lambda: store.append_step(run_id, "w1", late),
         lambda: store.mark_executing(run_id, "w1", list(claimed.executing)),
         lambda: store.pause(run_id, "w1", late, DeferredToolRequests()),
-        lambda: store.finish(run_id, "w1", late, output="late", executing=claimed.executing),
+        lambda: store.finish(run_id, "w1", late, output="late", results=dict.fromkeys(claimed.executing, late_result)),
         lambda: store.renew_lease(run_id, "w1"),
     ]
     for write in writes:

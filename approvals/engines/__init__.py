@@ -1,0 +1,58 @@
+"""Engines: the kinds of agent that ask for approvals, registered by name (see `base`).
+
+Resumable engines own a run loop our worker continues from stored history (our own agent
+framework, pydantic-ai); gates put approvals in front of an agent that runs elsewhere and
+waits for the decision itself. The core never imports an optional engine: the registry
+loads one by its import path when it is first needed.
+
+Registered here: "native" (`native`, our `Agent`), and "pydantic_ai" by import path
+(`approvals.pydantic_ai.engine`). A pydantic-ai agent can only reach us once pydantic-ai is
+imported, so that engine is imported to adopt agents or own messages only then, and for a
+stored history in its format (1001) whenever one is read.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .base import (
+    Engine,
+    EngineKind,
+    HistoryCodec,
+    adopting_engines,
+    codec_for_format,
+    codec_of,
+    engine_for_format,
+    get_engine,
+    register_engine,
+    registered_engines,
+)
+from .gate import GateEngine
+from .gate import engine as gate_engine
+from .native import engine as native_engine
+
+__all__ = (
+    "Engine",
+    "EngineKind",
+    "GateEngine",
+    "HistoryCodec",
+    "adopting_engines",
+    "codec_for_format",
+    "codec_of",
+    "engine_for_format",
+    "gate_engine",
+    "get_engine",
+    "native_engine",
+    "register_engine",
+    "registered_engines",
+)
+
+register_engine(native_engine)
+register_engine(gate_engine)
+register_engine(
+    "approvals.pydantic_ai.engine:engine",
+    name="pydantic_ai",
+    formats=(1001,),  # approvals.pydantic_ai.engine.PYDANTIC_AI_FORMAT, checked when the engine is loaded
+    available=lambda: "pydantic_ai" in sys.modules,
+    extra="pydantic-ai",
+)

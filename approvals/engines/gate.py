@@ -1,0 +1,36 @@
+"""Gates: engines for agents that run elsewhere and wait for decisions themselves.
+
+A gate has no history to store or resume: its caller requests a decision on each risky call
+(`Store.request_call`), waits for it (`Store.wait_for_decision`), runs the tool itself and
+reports how it went (`Store.settle_call`). Each wire format that asks this way (the HTTP
+gate, a coding CLI's hook, an MCP proxy) is a gate engine under its own name, so the run
+page and the audit log say who asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import EngineKind, HistoryCodec
+
+__all__ = ("GateEngine", "engine")
+
+
+@dataclass(frozen=True)
+class GateEngine:
+    """An engine whose runs are continued by their own agent, never by our worker."""
+
+    name: str
+    kind: EngineKind = EngineKind.GATE
+
+    @property
+    def codec(self) -> HistoryCodec | None:
+        return None
+
+    def adopt(self, candidate: object, *, name: str | None = None) -> None:
+        """A gate runs no agent of ours."""
+        return None
+
+
+engine = GateEngine("gate")
+"""The generic gate: any program that asks over the API."""

@@ -5,20 +5,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..exceptions import NotFound
-from ._pg import pg_run_write
 from ._run_writes import apply_write
 from ._transaction import Transaction
 from ._writes import (
     SYSTEM_ACTOR_ID,
     RunWrite,
 )
-from .audit import append_events, write_chained
+from .audit import AuditEvent, append_events, write_chained
 from .db import Database
 from .models import RunRow
 from .notify import Notifier
@@ -68,28 +67,38 @@ class StoreBase:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction[AsyncSession]]:
-        """One transaction through an async session; in-process wake-ups are published only after it commits."""
+        """One transaction through an async session; in-process wake-ups are published only after it commits.
+
+        Its audit events are chained as its last statement: in Python on SQLite, in the server
+        on PostgreSQL (`_pg.chain_and_wake`, with the wake-ups), as every write's are.
+        """
         async with self.db.write() as session:
             tx = Transaction(session)
             yield tx
             await session.flush()  # the state change first, so the audit lock is held only until commit
-            await self.notifier.send_in_transaction(session, tx.announcements)
-            await append_events(session, tx.events)
+            if self.db.is_postgres and tx.events:
+                await session.execute(*_chain_and_wake(tx.events, tx.announcements))
+            else:
+                await self.notifier.send_in_transaction(session, tx.announcements)
+                await append_events(session, tx.events)
         self.notifier.publish(tx.announcements)
 
     async def run_statements(self, body: Callable[[Transaction[Connection]], T]) -> T:
         """One transaction of plain synchronous statements (`body`); returns what `body` returns.
 
-        The hot path's writes (claims, steps, pauses, decisions) are written this way: on
-        SQLite the statements run straight on the `sqlite3` cursor, on the event loop's
-        thread when the write lock is free (`Database.write_statements`); on PostgreSQL,
-        whose hot path has its own functions, the rare callers run it through the async driver.
+        The hot path's statements are written this way. On SQLite they run straight on the
+        `sqlite3` cursor, on the event loop's thread when the write lock is free
+        (`Database.write_statements`); on PostgreSQL the hot path pipelines them (`_pg`), and
+        the rarer callers (crash recovery, renewing a lease, gates) run them through the async driver.
         """
 
         def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
             tx = Transaction(connection)
             result = body(tx)
-            write_chained(connection, tx.events)
+            if connection.dialect.name != "postgresql":
+                write_chained(connection, tx.events)
+            elif tx.events:  # the wake-ups go with them
+                connection.execute(*_chain_and_wake(tx.events, tx.announcements))
             return tx, result
 
         if self.db.is_sqlite:
@@ -97,19 +106,29 @@ class StoreBase:
         else:
             async with self.db.write() as session:
                 tx, result = await session.run_sync(lambda sync_session: whole(sync_session.connection()))
-                await self.notifier.send_in_transaction(session, tx.announcements)
+                if not tx.events:
+                    await self.notifier.send_in_transaction(session, tx.announcements)
         self.notifier.publish(tx.announcements)
         return result
 
     async def write_run(self, write: RunWrite) -> None:
-        """A worker's write to the run it holds, in one transaction: one function call on PostgreSQL."""
+        """A worker's write to the run it holds, in one transaction: the same statements on both databases."""
         if self.db.is_postgres:
+            from ._pg import pg_run_write  # `_pg` reaches the decision rules, which import this module
+
             await pg_run_write(self.db, write, self._stored_tool_versions)
             return
-        await self.run_statements(lambda tx: apply_write(tx, write))
+        await self.run_statements(lambda tx: apply_write(tx, write, self._stored_tool_versions))
+        self._stored_tool_versions.update(definition.version for definition in write.tool_definitions)
 
     async def _run_for_update(self, session: AsyncSession, run_id: str) -> RunRow:
         run = await session.scalar(select(RunRow).where(RunRow.id == run_id).with_for_update())
         if run is None:
             raise NotFound(f"No run {run_id!r}")
         return run
+
+
+def _chain_and_wake(events: list[AuditEvent], announcements: list[tuple[str, str]]) -> Any:
+    from ._pg import chain_and_wake  # `_pg` reaches the decision rules, which import this module
+
+    return chain_and_wake(events, announcements)

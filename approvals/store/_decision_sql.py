@@ -46,7 +46,7 @@ def _param(name: str, type_: Any = None) -> Any:
 
 
 LOCK_RUN = (
-    select(RunRow.started_by, RunRow.status)
+    select(RunRow.started_by, RunRow.status, RunRow.engine)
     .where(RunRow.id == select(CALLS.c.run_id).where(CALLS.c.id == _param("call_id")).scalar_subquery())
     .with_for_update()
 )
@@ -68,11 +68,12 @@ LOCK_CALL_COLUMNS = tuple(LOCK_CALL.selected_columns.keys())
 STANDING_APPROVERS = select(DecisionRow.actor, DecisionRow.args_digest).where(
     DecisionRow.call_id == _param("call_id"), STANDING
 )
-READY_RUN = (
+RUN_MOVES_ON = (
     update(RUNS)
     .where(RUNS.c.id == _param("run_id"), RUNS.c.status == RunStatus.AWAITING_APPROVAL)
-    .values(status=RunStatus.READY, updated_at=_param("now", UTCDateTime))
+    .values(status=_param("next_status"), updated_at=_param("now", UTCDateTime))
 )
+"""A run waiting for people whose calls are all decided takes its next status (`status_once_decided`)."""
 
 
 @cache
@@ -170,6 +171,7 @@ def call_facts(run: Mapping[Any, Any], call: Mapping[Any, Any], standing: Iterab
         call=loaded_call(fields),
         started_by=run["started_by"],
         run_status=RunStatus(run["status"]),
+        run_engine=run["engine"],
         others_open=others_open,
         standing={approved: frozenset(actors) for approved, actors in approvers.items()},
     )
@@ -195,8 +197,9 @@ def plan_statements(call: ToolCallRow, plan: DecisionPlan) -> list[tuple[Executa
         (insert_decision(tuple(plan.decision)), plan.decision),
         (update_call(tuple(plan.call_changes)), {**plan.call_changes, "target_id": call.id}),
     ]
-    if plan.run_ready:
-        writes.append((READY_RUN, {"run_id": call.run_id, "now": plan.decision["created_at"]}))
+    if plan.run_next is not None:
+        moved = {"run_id": call.run_id, "next_status": plan.run_next, "now": plan.decision["created_at"]}
+        writes.append((RUN_MOVES_ON, moved))
     return writes
 
 

@@ -1,9 +1,10 @@
 """PostgreSQL: pooled connections kept in autocommit mode between the hot path's calls.
 
-A claim, a worker's write or a decision is one or two round trips on a connection in
-autocommit mode. Taking one from SQLAlchemy's pool, switching it to autocommit and back,
-and giving it back cost about a tenth of a millisecond per call, more under load. So a
-few connections stay checked out between calls, already in autocommit mode; the pool
+A claim, a worker's write or a decision is a pipeline of one to three round trips on a
+connection in autocommit mode, BEGIN and COMMIT among its statements (`_pg`). Taking one
+from SQLAlchemy's pool, switching it to autocommit and back, and giving it back cost
+about a tenth of a millisecond per call, more under load. So a few connections stay
+checked out between calls, already in autocommit mode; the pool
 still owns every connection, and one kept longer than `KEEP_SECONDS` goes back to it,
 so the pool's recycling applies to these too.
 """
@@ -23,6 +24,11 @@ __all__ = ("KEEP_SECONDS", "AutocommitConnections")
 
 KEEP_SECONDS = 300.0
 """How long a connection stays out of the pool before it goes back (the pool recycles after 30 minutes)."""
+_PLAN_WITHOUT_BITMAP_SCANS = b"SET enable_bitmapscan = off"
+"""For the hot path's statements, which each read a few rows by an index: a planner without statistics
+(a new database, or one without autovacuum) would read every ready run and sort them to find the oldest,
+once per claim. Set while a connection is kept here; reset before it goes back to the pool."""
+_PLAN_AS_USUAL = b"RESET enable_bitmapscan"
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,15 @@ class AutocommitConnections:
                 return kept.pooled, kept.since
             await self.give_back(kept.pooled, kept.since, keep=False)
         pooled = await greenlet_spawn(self._engine.sync_engine.pool.connect)
+        connection = _driver(pooled)
         try:
-            await _driver(pooled).set_autocommit(True)
+            await connection.set_autocommit(True)
+            await connection.execute(_PLAN_WITHOUT_BITMAP_SCANS)
         except BaseException:
             await greenlet_spawn(pooled.invalidate)
+            if connection.broken:  # the server dropped it (no pre-ping): it dropped the pool's others too
+                await self.close()
+                await self._engine.dispose()
             raise
         return pooled, now
 
@@ -72,6 +83,7 @@ class AutocommitConnections:
             return
         if idle:
             try:
+                await connection.execute(_PLAN_AS_USUAL)
                 await connection.set_autocommit(False)  # as the pool hands connections out
             except psycopg.Error:
                 idle = False

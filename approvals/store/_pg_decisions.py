@@ -58,7 +58,7 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
                 if run is None or call is None:
                     raise NotFound(f"No call {call_id!r}")
                 facts = call_facts(
-                    {"started_by": run[0], "status": run[1]},
+                    {"started_by": run[0], "status": run[1], "engine": run[2]},
                     dict(zip(LOCK_CALL_COLUMNS, call, strict=True)),
                     [(actor_id, digest) for actor_id, digest in await standing_rows.fetchall()],
                 )

@@ -1,25 +1,48 @@
-"""A transaction's writes to runs and calls: plain statements over a `Transaction[Connection]`.
+"""A transaction's writes to runs and calls: plain statements, the one copy both databases execute.
 
-`apply_write` carries out a worker's `RunWrite` (SQLite, and the reference the PostgreSQL
-function `approvals_run_write_v2` is held to); the others are its steps and the few writes
-other operations share (holding a run, a paused run becoming ready). They are synchronous
-SQLAlchemy Core, with no ORM unit of work: `StoreBase.run_statements` runs a whole
-transaction of them in one worker-thread hop on SQLite, and through the async driver on
-PostgreSQL.
+A worker's write to the run it holds (`RunWrite`: mark calls executing, append a step,
+record executed calls' results, pause with new pending calls, finish, release) is a list
+of `Step`s, SQLAlchemy Core statements built once, whose parameters come from the write
+alone: no statement needs another's result, so PostgreSQL sends them all in one pipeline
+(`_pg.pg_run_write`) while SQLite runs them one by one (`apply_write`, through
+`StoreBase.run_statements`). What the database knows and the worker does not (the run's
+message count, its agent, which calls actually moved) is read by the statements
+themselves; their returned rows then make the audit events (`WriteSteps.events`), and a
+guard that did not hold (the worker no longer holds the run, a call to execute is not
+approved) refuses the write before it commits.
+
+The claim's reads and its start of the approved calls are steps of the same kind
+(`lifecycle._claim_steps`); the few writes other operations share are here too (holding a
+run, a paused run moving on once its calls are decided).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Insert, Update, bindparam, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Insert,
+    Integer,
+    Table,
+    Update,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.expression import Executable
 
+from ..calls.rules import status_once_decided
 from ..exceptions import Conflict
 from ._transaction import Transaction
 from ._writes import (
@@ -33,7 +56,7 @@ from ._writes import (
     message_rows,
     tool_definition_row,
 )
-from .audit import run_event
+from .audit import AuditEvent
 from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import READY_CHANNEL, RUNS_CHANNEL
 from .states import CallStatus, RunStatus
@@ -43,57 +66,66 @@ _EXECUTED_COLUMNS = (ToolCallRow.id, ToolCallRow.tool_call_id, ToolCallRow.tool_
 
 # The statements are built once, with named parameters: building one costs several times running it.
 INSERT_MESSAGES = insert(MessageRow)
-INSERT_CALLS = insert(ToolCallRow)
 RUN_STATUS = select(RunRow.status).where(RunRow.id == bindparam("run_id"))
-MOVE_CALLS = (
-    update(ToolCallRow)
-    .where(
-        ToolCallRow.run_id == bindparam("in_run"),
-        ToolCallRow.tool_call_id.in_(bindparam("tool_call_ids", expanding=True)),
-        ToolCallRow.status == bindparam("source"),
-    )
-    .values(status=bindparam("target"), updated_at=bindparam("now"))
-    .returning(*_EXECUTED_COLUMNS)
+HELD = (
+    RunRow.id == bindparam("run_id"),
+    RunRow.status == RunStatus.RESUMING,
+    RunRow.lease_owner == bindparam("worker_id"),
 )
+"""The lease guard: the run is being resumed by this worker. Every write of a worker to its run carries it."""
 CONSUME_APPROVALS = (
     update(DecisionRow)
     .where(DecisionRow.call_id.in_(bindparam("call_ids", expanding=True)), DecisionRow.consumed_at.is_(None))
     .values(consumed_at=bindparam("now"))
 )
-_LATER_START = aliased(DecisionRow)
-RESTORE_APPROVALS = (  # the approvals the latest start used up: they share its time
-    update(DecisionRow)
-    .where(
-        DecisionRow.call_id.in_(bindparam("call_ids", expanding=True)),
-        DecisionRow.consumed_at
-        == select(func.max(_LATER_START.consumed_at))
-        .where(_LATER_START.call_id == DecisionRow.call_id)
-        .scalar_subquery(),
-    )
-    .values(consumed_at=None)
-)
-SETTLE_CALL = (
-    update(ToolCallRow)
-    .where(
-        ToolCallRow.run_id == bindparam("in_run"),
-        ToolCallRow.tool_call_id == bindparam("call_in_run"),
-        ToolCallRow.status == CallStatus.EXECUTING,
-    )
-    .values(status=bindparam("new_status"), result=bindparam("new_result"), updated_at=bindparam("now"))
-    .returning(*_EXECUTED_COLUMNS)
-)
-EXECUTING_CALLS = select(ToolCallRow.tool_call_id).where(
-    ToolCallRow.run_id == bindparam("run_id"), ToolCallRow.status == CallStatus.EXECUTING
-)
-READY_IF_ALL_DECIDED = (
+"""The approvals of these calls are used up (a gate's caller ran the call: `calls.py`)."""
+RUN_ENGINE = select(RunRow.engine).where(RunRow.id == bindparam("run_id"))
+MOVE_ON_IF_ALL_DECIDED = (
     update(RunRow)
     .where(
         RunRow.id == bindparam("run_id"),
         RunRow.status == RunStatus.AWAITING_APPROVAL,
         ~select(ToolCallRow.id).where(ToolCallRow.run_id == bindparam("run_id"), ToolCallRow.is_open).exists(),
     )
-    .values(status=RunStatus.READY, updated_at=bindparam("now"))
+    .values(status=bindparam("next_status"), updated_at=bindparam("now"))
     .returning(RunRow.id)
+)
+
+
+def _insert_for_held_run(model: type[Any], from_run: Mapping[str, Any], given: Sequence[str]) -> Insert:
+    """An INSERT of one row that takes `from_run` from the held run (locked) and `given` from its parameters.
+
+    It inserts nothing when the worker does not hold the run: the lease guard is its WHERE.
+    """
+    table = cast(Table, model.__table__)
+    values = [*from_run.values(), *(bindparam(name, type_=table.c[name].type) for name in given)]
+    row = select(*values).where(*HELD).with_for_update()
+    return insert(table).from_select([*from_run, *given], row)
+
+
+APPEND_MESSAGES = _insert_for_held_run(
+    MessageRow,
+    {"run_id": RunRow.id, "seq": RunRow.message_count + bindparam("offset", type_=Integer)},
+    ("kind", "format_version", "data", "created_at"),
+)
+"""One message of a step, numbered after the run's stored messages (it comes before the hold that counts it)."""
+_PENDING_CALL_COLUMNS = (
+    "id",
+    "tool_call_id",
+    "tool_name",
+    "tool_version",
+    "args",
+    "args_digest",
+    "reason",
+    "approvals_required",
+    "idempotent",
+    "expires_at",
+)
+"""A new pending call's own columns (`_writes.pending_call`); the run and its agent come from the run."""
+ADD_PENDING_CALL = _insert_for_held_run(
+    ToolCallRow,
+    {"run_id": RunRow.id, "agent_name": RunRow.agent_name},
+    (*_PENDING_CALL_COLUMNS, "status", "created_at", "updated_at"),
 )
 
 
@@ -102,11 +134,7 @@ def _hold_statement(changed: tuple[str, ...]) -> Update:
     """The guarded update of a held run that sets these columns (a few sets, each built once)."""
     return (
         update(RunRow)
-        .where(
-            RunRow.id == bindparam("run_id"),
-            RunRow.status == RunStatus.RESUMING,
-            RunRow.lease_owner == bindparam("worker_id"),
-        )
+        .where(*HELD)
         .values(
             message_count=RunRow.message_count + bindparam("grow"),
             updated_at=bindparam("now"),
@@ -117,149 +145,323 @@ def _hold_statement(changed: tuple[str, ...]) -> Update:
 
 
 @cache
-def _insert_tool_definition(dialect: str) -> Insert:
+def insert_tool_definitions(dialect: str) -> Insert:
     insert_new = pg_insert if dialect == "postgresql" else sqlite_insert
     return insert_new(ToolDefinitionRow).on_conflict_do_nothing()
 
 
-def apply_write(tx: Tx, write: RunWrite) -> None:
-    """Carry out a worker's write to the run it holds; `approvals_run_write` is its PostgreSQL twin."""
-    run = _hold(tx, write)
-    now = write.now
-    if write.messages:
-        tx.session.execute(INSERT_MESSAGES, message_rows(run, write.messages, now))
-    if write.tool_definitions:
-        rows = [tool_definition_row(definition, now) for definition in write.tool_definitions]
-        tx.session.execute(_insert_tool_definition(tx.session.dialect.name), rows)
-    if write.calls:
-        pending = {"run_id": run.id, "agent_name": run.agent_name, "status": CallStatus.PENDING}
-        rows = [{**call, **pending, "created_at": now, "updated_at": now} for call in write.calls]
-        tx.session.execute(INSERT_CALLS, rows)
-    if write.start_executing is not None:
-        started = start_executing(tx, run, write.start_executing, now)
-        if len(started) != len(set(write.start_executing)):
-            raise Conflict(f"Run {run.id!r}: not every call to execute is approved")
-    events: list[RunEvent] = []
-    for call, (status, result) in _settle_executing(tx, run.id, write.results, now):
-        events.append(RunEvent(f"call.{status}", "call", call.id, call.tool_name, {"result": result}))
-    if write.released:
-        for call in _release(tx, run.id, write.released, now):
-            events.append(RunEvent("call.released", "call", call.id, call.tool_name, RELEASED_DETAILS))
-    if write.interrupted is not None:
-        failed, error = write.interrupted.failed_tool_call_id, write.interrupted.error
-        stuck = tx.session.scalars(EXECUTING_CALLS, {"run_id": run.id})
-        outcomes = {t: (CallStatus.FAILED, error) if t == failed else (CallStatus.OUTCOME_UNKNOWN, None) for t in stuck}
-        for call, (status, _) in _settle_executing(tx, run.id, outcomes, now):
-            events.append(RunEvent(f"call.{status}", "call", call.id, call.tool_name, {"error": error}))
-    for event in [*events, *write.events]:
-        tx.audit(
-            write.worker_id,
-            event.action,
-            event.subject_type,
-            event.subject_id,
-            run_id=run.id,
-            agent_name=run.agent_name,
-            tool_name=event.tool_name,
-            details=event.details,
-            at=now,
+def in_list(column: Any, name: str, count: int) -> ColumnElement[bool]:
+    """`column IN (:name_0, ...)`: one named parameter per item, so the statement compiles once per length
+    for either database (an expanding parameter would be compiled for PostgreSQL per execution)."""
+    return cast(ColumnElement[bool], column.in_([bindparam(f"{name}_{i}") for i in range(count)]))
+
+
+def in_list_params(name: str, items: Sequence[Any]) -> dict[str, Any]:
+    return {f"{name}_{i}": item for i, item in enumerate(items)}
+
+
+@cache
+def _move_statements(source: CallStatus, target: CallStatus, calls: int | None) -> tuple[Update, Update]:
+    """Move a run's calls from `source` to `target` (these `calls` of them, by tool call id, or all), and approvals.
+
+    The approvals come first, chosen by the calls' status before the move: starting calls
+    uses up their approvals; releasing calls that never ran restores the approvals their
+    start used up (they share its time). Approvals an earlier start used up (before the
+    call's outcome became unknown) stay used: they were given for that run of it.
+    """
+    chosen = [ToolCallRow.run_id == bindparam("in_run"), ToolCallRow.status == source]
+    if calls is not None:
+        chosen.append(in_list(ToolCallRow.tool_call_id, "call", calls))
+    moving = select(ToolCallRow.id).where(*chosen)
+    if target == CallStatus.EXECUTING:
+        approvals = (
+            update(DecisionRow)
+            .where(DecisionRow.call_id.in_(moving), DecisionRow.consumed_at.is_(None))
+            .values(consumed_at=bindparam("now"))
         )
+    else:
+        later = aliased(DecisionRow)
+        latest_start = select(func.max(later.consumed_at)).where(later.call_id == DecisionRow.call_id).scalar_subquery()
+        approvals = (
+            update(DecisionRow)
+            .where(DecisionRow.call_id.in_(moving), DecisionRow.consumed_at == latest_start)
+            .values(consumed_at=None)
+        )
+    move = (
+        update(ToolCallRow)
+        .where(*chosen)
+        .values(status=target, updated_at=bindparam("now"))
+        .returning(*_EXECUTED_COLUMNS)
+    )
+    return approvals, move
+
+
+@cache
+def _settle_statement(one: bool) -> Update:
+    """Executing calls of a run get their final status and result: the one named, or all still executing."""
+    chosen = [ToolCallRow.run_id == bindparam("in_run"), ToolCallRow.status == CallStatus.EXECUTING]
+    if one:
+        chosen.append(ToolCallRow.tool_call_id == bindparam("call_in_run"))
+    return (
+        update(ToolCallRow)
+        .where(*chosen)
+        .values(status=bindparam("new_status"), result=bindparam("new_result"), updated_at=bindparam("now"))
+        .returning(*_EXECUTED_COLUMNS)
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of a transaction with its parameters (a list of them: once per row)."""
+
+    statement: Executable
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    returns: bool = False
+    """Whether it returns rows (a SELECT, or RETURNING), which the transaction's outcome reads."""
+    with_next: bool = False
+    """It and the next step, which takes the same parameters, read the rows before either changes them:
+    PostgreSQL may send the two as one statement, this one a CTE of the next."""
+
+    @property
+    def many(self) -> bool:
+        return not isinstance(self.params, Mapping)
+
+
+Rows = Sequence[Sequence[Any]]
+"""A step's returned rows, positional (SQLAlchemy's rows or psycopg's tuples alike)."""
+
+
+def run_steps(tx: Tx, steps: Iterable[Step]) -> list[Rows]:
+    """Execute `steps` in order on a synchronous connection; the rows of each (empty for those returning none)."""
+    results: list[Rows] = []
+    for step in steps:
+        result = tx.session.execute(step.statement, step.params)
+        results.append(result.all() if step.returns else [])
+    return results
+
+
+def move_steps(run_id: str, tool_call_ids: Sequence[str] | None, target: CallStatus, now: dt.datetime) -> list[Step]:
+    """Start approved calls (`target` executing), or release executing ones (`target` approved): these, or all."""
+    source = CallStatus.APPROVED if target == CallStatus.EXECUTING else CallStatus.EXECUTING
+    wanted = None if tool_call_ids is None else list(dict.fromkeys(tool_call_ids))
+    approvals, move = _move_statements(source, target, None if wanted is None else len(wanted))
+    params = {"in_run": run_id, "now": now, **in_list_params("call", wanted or [])}
+    return [Step(approvals, params, with_next=True), Step(move, params, returns=True)]
+
+
+def moved_calls(rows: Rows, order: Sequence[str] | None) -> list[ExecutedCall]:
+    """The calls a move returned, in the order they were named (by tool call id when all were moved)."""
+    calls = [ExecutedCall(*row) for row in rows]
+    if order is None:
+        return sorted(calls, key=lambda call: call.tool_call_id)
+    position = {tool_call_id: i for i, tool_call_id in enumerate(order)}
+    return sorted(calls, key=lambda call: position[call.tool_call_id])
+
+
+def started_events(run: HeldRun, started: Sequence[ExecutedCall], now: dt.datetime) -> list[AuditEvent]:
+    """A call marked executing is audited with the digest of the arguments it runs with."""
+    return [
+        _event(run, now, RunEvent("call.executing", "call", call.id, call.tool_name, {"args_digest": call.digest}))
+        for call in started
+    ]
+
+
+def _event(run: HeldRun, now: dt.datetime, event: RunEvent) -> AuditEvent:
+    """A run write's event: the worker acts, on its run and agent."""
+    return AuditEvent(
+        actor=run.worker_id,
+        action=event.action,
+        subject_type=event.subject_type,
+        subject_id=event.subject_id,
+        run_id=run.id,
+        agent_name=run.agent_name,
+        tool_name=event.tool_name,
+        details=event.details,
+        at=now,
+    )
+
+
+class NotHeld(Exception):
+    """The hold matched no run: the worker no longer holds it (or there is none); `lease_lost` says which."""
+
+
+@dataclass
+class WriteSteps:
+    """A `RunWrite` as steps, and how their returned rows become its outcome."""
+
+    write: RunWrite
+    steps: list[Step] = field(default_factory=list)
+    _readers: list[tuple[int, Callable[[Rows], None]]] = field(default_factory=list)
+    _held: HeldRun | None = None
+    _events: list[AuditEvent] = field(default_factory=list)
+
+    @property
+    def may_commit_unseen(self) -> bool:
+        """Whether the write may commit before its rows are read: a step's messages and the hold, and nothing else.
+
+        Both carry the lease guard, so a write by a worker that lost its lease changes nothing,
+        and there is nothing to audit. PostgreSQL then sends it with its COMMIT, in one round trip.
+        """
+        w = self.write
+        others = (w.tool_definitions, w.calls, w.results, w.released, w.events, w.announcements)
+        return w.start_executing is None and w.interrupted is None and not any(others)
+
+    def events(self, results: Sequence[Rows]) -> list[AuditEvent]:
+        """The write's audit events from its steps' rows, in `RunWrite`'s order; raises when a guard did not hold.
+
+        `NotHeld` when the worker no longer holds the run, `Conflict` when a call to execute is not approved.
+        """
+        self._held, self._events = None, []
+        for index, read in self._readers:
+            read(results[index])
+        return [*self._events, *(self._event(event) for event in self.write.events)]
+
+    def _add(self, step: Step, read: Callable[[Rows], None] | None = None) -> None:
+        if read is not None:
+            self._readers.append((len(self.steps), read))
+        self.steps.append(step)
+
+    def _event(self, event: RunEvent) -> AuditEvent:
+        assert self._held is not None  # the hold is read first
+        return _event(self._held, self.write.now, event)
+
+    def _read_hold(self, rows: Rows) -> None:
+        if not rows:
+            raise NotHeld
+        [(agent_name, count)] = rows
+        grow = len(self.write.messages)
+        self._held = HeldRun(self.write.run_id, agent_name, count - grow, self.write.worker_id)
+
+    def _read_started(self, rows: Rows) -> None:
+        assert self._held is not None
+        assert self.write.start_executing is not None
+        wanted = list(dict.fromkeys(self.write.start_executing))
+        started = moved_calls(rows, wanted)
+        if len(started) != len(wanted):
+            raise Conflict(f"Run {self.write.run_id!r}: not every call to execute is approved")
+        self._events.extend(started_events(self._held, started, self.write.now))
+
+    def _read_settled(self, status: str, details: dict[str, Any]) -> Callable[[Rows], None]:
+        """The calls a settle moved to `status` (by tool call id), each audited with `details`."""
+
+        def read(rows: Rows) -> None:
+            for call in sorted((ExecutedCall(*row) for row in rows), key=lambda call: call.tool_call_id):
+                self._events.append(self._event(RunEvent(f"call.{status}", "call", call.id, call.tool_name, details)))
+
+        return read
+
+    def _read_released(self, rows: Rows) -> None:
+        for call in moved_calls(rows, self.write.released):
+            self._events.append(
+                self._event(RunEvent("call.released", "call", call.id, call.tool_name, RELEASED_DETAILS))
+            )
+
+
+def write_steps(write: RunWrite, dialect: str, stored_tool_versions: Iterable[str] = ()) -> WriteSteps:
+    """The steps of a worker's write to the run it holds, in order; each backend runs them in one transaction.
+
+    The step's messages and new calls take the run's count and agent as the run stores them,
+    under the lease guard, before the hold counts the messages and changes the run's status;
+    then calls start, settle, are released, are interrupted. `stored_tool_versions` are the
+    tool definitions known to be stored already: a version's definition never changes.
+    """
+    planned = WriteSteps(write)
+    now, run_id, worker_id = write.now, write.run_id, write.worker_id
+    guard = {"run_id": run_id, "worker_id": worker_id}
+    known = set(stored_tool_versions)
+    definitions = [tool_definition_row(d, now) for d in write.tool_definitions if d.version not in known]
+    if definitions:
+        planned._add(Step(insert_tool_definitions(dialect), definitions))
+    if write.messages:
+        rows = [{**guard, "offset": i, **row} for i, row in enumerate(message_rows(write.messages, now))]
+        planned._add(Step(APPEND_MESSAGES, rows))
+    if write.calls:
+        pending = {**guard, "status": CallStatus.PENDING, "created_at": now, "updated_at": now}
+        planned._add(Step(ADD_PENDING_CALL, [{**pending, **_pending_columns(call)} for call in write.calls]))
+    changes = {f"new_{column}": value for column, value in write.changes.items()}
+    hold = {**guard, "grow": len(write.messages), "now": now, **changes}
+    planned._add(Step(_hold_statement(tuple(sorted(write.changes))), hold, returns=True), planned._read_hold)
+    if write.start_executing is not None:
+        approvals, move = move_steps(run_id, write.start_executing, CallStatus.EXECUTING, now)
+        planned._add(approvals)
+        planned._add(move, planned._read_started)
+    for tool_call_id, (status, result) in write.results.items():
+        settle = {"in_run": run_id, "call_in_run": tool_call_id, "new_status": status, "new_result": result}
+        planned._add(
+            Step(_settle_statement(True), {**settle, "now": now}, returns=True),
+            planned._read_settled(status, {"result": result}),
+        )
+    if write.released:
+        approvals, move = move_steps(run_id, write.released, CallStatus.APPROVED, now)
+        planned._add(approvals)
+        planned._add(move, planned._read_released)
+    if write.interrupted is not None:
+        # the call that failed the run is failed, the others caught mid-execution outcome_unknown
+        failed, error = write.interrupted.failed_tool_call_id, write.interrupted.error
+        settled = {"in_run": run_id, "now": now}
+        outcomes: list[tuple[bool, CallStatus, Any]] = [(False, CallStatus.OUTCOME_UNKNOWN, None)]
+        if failed is not None:
+            outcomes.insert(0, (True, CallStatus.FAILED, error))
+        for one, status, result in outcomes:
+            settle = {**settled, "new_status": status, "new_result": result}
+            if one:
+                settle["call_in_run"] = failed
+            planned._add(
+                Step(_settle_statement(one), settle, returns=True), planned._read_settled(status, {"error": error})
+            )
+    return planned
+
+
+def _pending_columns(call: Mapping[str, Any]) -> dict[str, Any]:
+    return {column: call.get(column) for column in _PENDING_CALL_COLUMNS}
+
+
+def apply_write(tx: Tx, write: RunWrite, stored_tool_versions: Iterable[str] = ()) -> None:
+    """Carry out a worker's write to the run it holds, statement by statement (SQLite, and any sync connection)."""
+    planned = write_steps(write, tx.session.dialect.name, stored_tool_versions)
+    results = run_steps(tx, planned.steps)
+    try:
+        events = planned.events(results)
+    except NotHeld:
+        status = tx.session.scalar(RUN_STATUS, {"run_id": write.run_id})
+        raise lease_lost(write.run_id, write.worker_id, status) from None
+    tx.events.extend(events)
     for channel, payload in write.announcements:
         tx.announce(channel, payload)
 
 
 def hold_run(tx: Tx, run_id: str, worker_id: str, **values: Any) -> HeldRun:
     """Guarded update of a run this worker leases: `LeaseLost` unless it still holds it."""
-    return _hold(tx, RunWrite(run_id=run_id, worker_id=worker_id, changes=values))
-
-
-def _hold(tx: Tx, write: RunWrite) -> HeldRun:
-    grow = len(write.messages)
-    changes = {f"new_{column}": value for column, value in write.changes.items()}
-    params = {"run_id": write.run_id, "worker_id": write.worker_id, "grow": grow, "now": write.now, **changes}
-    row = tx.session.execute(_hold_statement(tuple(sorted(write.changes))), params).one_or_none()
+    write = RunWrite(run_id=run_id, worker_id=worker_id, changes=values)
+    params = {"run_id": run_id, "worker_id": worker_id, "grow": 0, "now": write.now}
+    params |= {f"new_{column}": value for column, value in values.items()}
+    row = tx.session.execute(_hold_statement(tuple(sorted(values))), params).one_or_none()
     if row is None:
-        status = tx.session.scalar(RUN_STATUS, {"run_id": write.run_id})
-        raise lease_lost(write.run_id, write.worker_id, status)
-    return HeldRun(
-        id=write.run_id, agent_name=row.agent_name, next_seq=row.message_count - grow, worker_id=write.worker_id
-    )
-
-
-def start_executing(tx: Tx, run: HeldRun, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
-    """Move these approved calls to `executing`, consume their approvals, audit it; returns the calls moved."""
-    started = _move_calls(tx, run.id, tool_call_ids, CallStatus.APPROVED, CallStatus.EXECUTING, now, consumed_at=now)
-    for call in started:
-        tx.audit(
-            run.worker_id,
-            "call.executing",
-            "call",
-            call.id,
-            run_id=run.id,
-            agent_name=run.agent_name,
-            tool_name=call.tool_name,
-            details={"args_digest": call.digest},
-            at=now,
-        )
-    return started
-
-
-def _release(tx: Tx, run_id: str, tool_call_ids: Sequence[str], now: dt.datetime) -> list[ExecutedCall]:
-    """Calls marked executing that never ran go back to approved, and the approvals this start used up stand again.
-
-    Approvals an earlier start used up (before the call's outcome became unknown) stay used:
-    they were given for that run of it.
-    """
-    return _move_calls(tx, run_id, tool_call_ids, CallStatus.EXECUTING, CallStatus.APPROVED, now, consumed_at=None)
-
-
-def _move_calls(
-    tx: Tx,
-    run_id: str,
-    tool_call_ids: Sequence[str],
-    source: CallStatus,
-    target: CallStatus,
-    now: dt.datetime,
-    *,
-    consumed_at: dt.datetime | None,
-) -> list[ExecutedCall]:
-    """Guarded status change of a run's calls, their approvals marked consumed (or not) with it."""
-    moved = {"in_run": run_id, "tool_call_ids": list(tool_call_ids), "source": source, "target": target, "now": now}
-    calls = tx.session.execute(MOVE_CALLS, moved).all()
-    if calls:
-        call_ids = [call.id for call in calls]
-        if consumed_at is not None:
-            tx.session.execute(CONSUME_APPROVALS, {"call_ids": call_ids, "now": consumed_at})
-        else:
-            tx.session.execute(RESTORE_APPROVALS, {"call_ids": call_ids})
-    return [ExecutedCall(*call) for call in calls]
-
-
-def _settle_executing(
-    tx: Tx, run_id: str, outcomes: Mapping[str, tuple[str, Any]], now: dt.datetime
-) -> list[tuple[ExecutedCall, tuple[str, Any]]]:
-    """Executing calls get their final status and result; the calls settled, in the order of `outcomes`.
-
-    One guarded UPDATE per call (each has its own result): a call not executing is left as it is.
-    """
-    settled = []
-    for tool_call_id, outcome in outcomes.items():
-        status, result = outcome
-        params = {"in_run": run_id, "call_in_run": tool_call_id, "new_status": status, "new_result": result, "now": now}
-        call = tx.session.execute(SETTLE_CALL, params).one_or_none()
-        if call is not None:
-            settled.append((ExecutedCall(*call), outcome))
-    return settled
+        raise lease_lost(run_id, worker_id, tx.session.scalar(RUN_STATUS, {"run_id": run_id}))
+    return HeldRun(id=run_id, agent_name=row.agent_name, next_seq=row.message_count, worker_id=worker_id)
 
 
 def ready_if_decided(tx: Tx, run_id: str, agent_name: str, now: dt.datetime) -> None:
-    """A paused run whose calls are all decided becomes ready, audited and announced, when this commits.
+    """A paused run whose calls are all decided moves on (`status_once_decided`), audited and announced.
 
     The caller holds the run's row (`LOCK_RUN` takes it first), so decisions on one run's
     calls are serialized: two reviewers settling its last two calls at once, the second
     sees the first's verdict.
     """
-    ready = tx.session.scalar(READY_IF_ALL_DECIDED, {"run_id": run_id, "now": now})
-    if ready is not None:
-        tx.record(run_event(SYSTEM_ACTOR_ID, "run.ready", run_id, agent_name, at=now))
-        tx.announce(READY_CHANNEL, run_id)
-        tx.announce(RUNS_CHANNEL, run_id)
+    engine = tx.session.execute(RUN_ENGINE, {"run_id": run_id}).scalar()
+    next_status = status_once_decided(str(engine))
+    moved = tx.session.scalar(MOVE_ON_IF_ALL_DECIDED, {"run_id": run_id, "next_status": next_status, "now": now})
+    if moved is not None:
+        tx.record(run_moved_on(run_id, agent_name, next_status, now))
+        for channel, payload in run_moved_on_announcements(run_id, next_status):
+            tx.announce(channel, payload)
+
+
+def run_moved_on(run_id: str, agent_name: str, status: RunStatus, now: dt.datetime) -> AuditEvent:
+    """The audit event of a run whose calls are all decided: `run.ready` (a worker's turn) or `run.running`."""
+    return AuditEvent(SYSTEM_ACTOR_ID, f"run.{status}", "run", run_id, run_id=run_id, agent_name=agent_name, at=now)
+
+
+def run_moved_on_announcements(run_id: str, status: RunStatus) -> list[tuple[str, str]]:
+    """The wake-ups of a run whose calls are all decided: workers hear of a ready run, every page of the change."""
+    return [(READY_CHANNEL, run_id), (RUNS_CHANNEL, run_id)] if status == RunStatus.READY else [(RUNS_CHANNEL, run_id)]

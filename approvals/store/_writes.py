@@ -1,10 +1,11 @@
 """The writes of a run's hot path, described once for both backends.
 
 A worker's write to a run it holds (mark calls executing, append a step, pause, finish) is
-a `RunWrite`: plain data saying what changes. `_run_writes.apply_write` carries it out in
-SQLAlchemy Core statements (SQLite); on PostgreSQL it is one call to the
-`approvals_run_write` function (migration 0004). What only the database knows (which calls actually moved, the run's
-agent) is filled in there, and both produce the same audit events in the same order.
+a `RunWrite`: plain data saying what changes. `_run_writes.write_steps` turns it into the
+statements both databases execute: SQLite one by one (`apply_write`), PostgreSQL in a
+pipeline (`_pg.pg_run_write`). What only the database knows (which calls actually moved,
+the run's agent and message count) the statements read themselves, and the audit events
+are made from the rows they return, by the same code on both.
 """
 
 from __future__ import annotations
@@ -140,21 +141,12 @@ def pending_call(request: DeferredToolCall, now: dt.datetime) -> dict[str, Any]:
     }
 
 
-def message_rows(
-    run: HeldRun, messages: Sequence[ModelRequest | ModelResponse], now: dt.datetime
-) -> list[dict[str, Any]]:
-    """Message rows numbered after the run's last stored message."""
+def message_rows(messages: Sequence[ModelRequest | ModelResponse], now: dt.datetime) -> list[dict[str, Any]]:
+    """A step's messages as stored, in order; the write numbers them after the run's stored ones."""
     version = format_version_of(messages)
     return [
-        {
-            "run_id": run.id,
-            "seq": run.next_seq + offset,
-            "kind": message.kind,
-            "format_version": version,
-            "data": dump_message(message),
-            "created_at": now,
-        }
-        for offset, message in enumerate(messages)
+        {"kind": message.kind, "format_version": version, "data": dump_message(message), "created_at": now}
+        for message in messages
     ]
 
 

@@ -1,44 +1,62 @@
-"""The versioned SQL of PostgreSQL's hot path: which file, which function names, its statements.
+"""PostgreSQL's SQL functions: the server's half of the audit chain, and the released files migrations install.
 
-The function bodies live in `sql/hot_path_v{N}.sql`, the one copy of each version. A
-version's file holds the functions that version changed; each function is called by the
-name of the version that last changed it (`FUNCTION_VERSIONS`). Migrations install each
-version, and older versions' functions stay for workers of a previous release until a
-later migration drops them.
+The hot path is SQLAlchemy Core statements that both databases run (`_run_writes`,
+`_decision_sql`, `lifecycle`); PostgreSQL pipelines them. What it still does in functions
+is extend the audit chain, as the last statement before COMMIT (`_decision_sql.audit_and_wake`):
+`approvals_audit_head_v2` takes the chain's lock and reads its head, `approvals_audit_append_v2`
+hashes and inserts an event, over the canonical JSON `approvals_event_content_v2` builds, which
+a test holds to `audit.event_content`.
+
+The function bodies live in `sql/hot_path_v{N}.sql`, released files that are never
+edited: migration 0011 installs version 2, 0012 version 3, each refusing a file that
+differs from the one it recorded. Migration 0015 dropped the functions that held a second
+copy of the claim and of a worker's writes (`DROPPED_FUNCTIONS`); a downgrade past it
+creates them again from these files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from importlib import resources
 
 __all__ = (
+    "DROPPED_FUNCTIONS",
     "FUNCTIONS",
-    "install",
     "FUNCTION_VERSIONS",
     "HOT_PATH_VERSION",
     "function_name",
+    "function_statement",
     "hot_path_sha256",
     "hot_path_statements",
+    "install",
 )
 
 FUNCTION_VERSIONS = {
     "event_content": 2,
     "audit_head": 2,
     "audit_append": 2,
-    "run_write": 2,
-    "stale_lease": 2,
-    "claim": 3,
 }
-"""The version of each function this code calls."""
-FUNCTIONS = tuple(FUNCTION_VERSIONS)
-HOT_PATH_VERSION = max(FUNCTION_VERSIONS.values())
-"""The newest version; its migration must have run before this code starts."""
+"""The functions this code calls, each at the version that last changed it."""
+FUNCTIONS = ("event_content", "audit_head", "audit_append", "run_write", "stale_lease", "claim")
+"""The functions of version 2 (`hot_path_v2.sql`), in the order it creates them: migration 0011
+installs them, and its downgrade drops them in reverse."""
+DROPPED_FUNCTIONS = {
+    "approvals_claim_v3": "(jsonb)",
+    "approvals_claim_v2": "(jsonb)",
+    "approvals_run_write_v2": "(jsonb)",
+    "approvals_stale_lease_v2": "(timestamptz, text, text[])",
+}
+"""The versioned functions migration 0015 dropped (name: argument types), callers first: the claim and
+a worker's writes are statements both databases run now."""
+HOT_PATH_VERSION = 3
+"""The newest released file (migration 0012)."""
 
 
 def function_name(function: str, version: int | None = None) -> str:
-    """`approvals_claim_v3` for `claim`: the name a function has in the database (at `version`, or the current)."""
+    """`approvals_audit_head_v2` for `audit_head`: the name a function has in the database (at `version`, or the one
+    this code calls)."""
     return f"approvals_{function}_v{version or FUNCTION_VERSIONS[function]}"
 
 
@@ -55,6 +73,13 @@ def hot_path_statements(version: int = HOT_PATH_VERSION) -> list[str]:
     """The file's `CREATE FUNCTION` statements, one each (they are separated by lines holding only `;`)."""
     chunks = _text(version).split("\n;\n")
     return [chunk.strip() for chunk in chunks if "CREATE FUNCTION" in chunk]
+
+
+def function_statement(name: str) -> str:
+    """The `CREATE FUNCTION` statement of the versioned function `name` (`approvals_claim_v3`), from its file."""
+    version = int(name.rsplit("_v", 1)[1])
+    [statement] = [s for s in hot_path_statements(version) if re.search(rf"CREATE FUNCTION {name}\(", s)]
+    return statement
 
 
 def install(execute: Callable[[str], object], version: int, sha256: str) -> None:

@@ -13,38 +13,45 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Row, Select, Update, and_, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, func, or_, select, update
 
 from ..deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
-from ..messages import (
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    ToolReturnPart,
-    as_approvals_messages,
-    load_stored_history,
-)
+from ..messages import ModelRequest, ModelResponse, load_stored_history
 from ._base import SYSTEM, Actor, StoreBase
-from ._pg import ClaimedRow, pg_claim
-from ._run_writes import Tx, hold_run, start_executing
+from ._pg import Cursors, fetched, pg_rows, pipelined
+from ._run_writes import (
+    Rows,
+    Step,
+    Tx,
+    hold_run,
+    in_list,
+    in_list_params,
+    move_steps,
+    moved_calls,
+    run_steps,
+    started_events,
+)
 from ._writes import (
     DecidedCall,
+    ExecutedCall,
     HeldRun,
     Interrupted,
     RunEvent,
     RunWrite,
     utcnow,
 )
-from .audit import call_event, run_event
+from .audit import AuditEvent, call_event, run_event
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .paused_runs import paused_write
 from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 
 ModelMessage = ModelRequest | ModelResponse
+CallOutcomes = Mapping[str, tuple[CallStatus, Any]]
+"""Executed calls' outcomes by tool call id: `(CallStatus.SUCCEEDED, result)` or `(CallStatus.FAILED, message)`."""
 STALE_LEASE_CHECK_SECONDS = 1.0
 """How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 
@@ -87,14 +94,57 @@ class ClaimedRun:
     """
 
 
+class _Claimable(NamedTuple):
+    """A run a claim found (`_CLAIMABLE_RUN_COLUMNS`)."""
+
+    id: str
+    agent_name: str
+    status: str
+    prompt: str | None
+    deps: Any
+    message_count: int
+
+
+def _history_from(ask: _Claim, run: _Claimable) -> int:
+    """Where the history the claim sends starts: after the messages the worker holds (history never changes)."""
+    history_from = ask.known.get(run.id, 0)
+    return 0 if history_from > run.message_count else history_from  # it holds more: a restored database
+
+
+def _claim_steps(run: _Claimable, history_from: int, now: dt.datetime) -> list[Step]:
+    """What a claim reads of the run it leased, then the start of its approved calls; nothing for a new run.
+
+    The history from `history_from`, the verdicts the run has yet to act on; the approved
+    calls run next, so they are committed as executing (approvals used up) before any runs.
+    """
+    if not run.message_count:  # a run that never ran has neither history nor calls
+        return []
+    return [
+        Step(MESSAGES_FROM, {"run_id": run.id, "seq": history_from}, returns=True),
+        Step(DECIDED_CALLS, {"run_id": run.id}, returns=True),
+        *move_steps(run.id, None, CallStatus.EXECUTING, now),
+    ]
+
+
 def _claimed(
-    run: RunRow | ClaimedRow | Row[Any],
+    run: _Claimable,
     lease_expires_at: dt.datetime,
-    history: list[ModelMessage],
-    decided: dict[str, DecidedCall],
-    executing: frozenset[str],
-) -> ClaimedRun:
-    return ClaimedRun(
+    history_from: int,
+    worker_id: str,
+    now: dt.datetime,
+    results: Sequence[Rows],
+) -> tuple[ClaimedRun, list[AuditEvent]]:
+    """The claimed run from the rows of its `_claim_steps`, and the claim's audit events (resumed, calls started)."""
+    history: list[ModelMessage] = []
+    decided: dict[str, DecidedCall] = {}
+    started: list[ExecutedCall] = []
+    if results:
+        messages, calls, _, moved = results
+        history = load_stored_history((data, version) for data, version in messages)
+        decided = {call[1]: DecidedCall(*call) for call in calls}
+        started = moved_calls(moved, None)
+    held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
+    claimed = ClaimedRun(
         run_id=run.id,
         agent_name=run.agent_name,
         prompt=run.prompt,
@@ -102,9 +152,12 @@ def _claimed(
         message_count=run.message_count,
         lease_expires_at=lease_expires_at,
         history=history,
+        history_from=history_from,
         decided_calls=decided,
-        executing=executing,
+        executing=frozenset(call.tool_call_id for call in started),
     )
+    resumed = run_event(worker_id, "run.resumed", run.id, run.agent_name, at=now)
+    return claimed, [resumed, *started_events(held, started, now)]
 
 
 class RunLifecycle(StoreBase):
@@ -172,29 +225,52 @@ class RunLifecycle(StoreBase):
         return ends
 
     async def _claim_pipelined(self, ask: _Claim) -> ClaimedRun | None:
-        """PostgreSQL: one statement leases the oldest ready run; stale leases go to `_claim_locked`.
+        """PostgreSQL: lease the oldest ready run and claim it in a pipeline; stale leases go to `_claim_locked`.
 
         Runs whose worker's lease expired are looked for first at most once a
         `STALE_LEASE_CHECK_SECONDS`, and whenever no run is ready: the look scans every lease.
         """
         for _ in range(10):
-            lease_end = _lease_end(ask.lease_seconds)
             checked = time.monotonic()
             recover = checked - self._stale_leases_checked_at >= STALE_LEASE_CHECK_SECONDS
             if recover:
                 self._stale_leases_checked_at = checked
-            found = await pg_claim(
-                self.db, ask.worker_id, lease_end, ask.run_id, ask.agent_names, recover=recover, known=ask.known
-            )
-            if found is None:
-                return None
-            if isinstance(found, ClaimedRow):
-                claimed = _claimed(found, lease_end, found.history, found.decided_calls, found.executing)
-                return replace(claimed, history_from=found.history_from)
-            recovered = await self._claim_locked(replace(ask, run_id=found.id))
+            stale = None
+            if recover:
+                [found] = await pg_rows(self.db, [_stale_lease_step(ask, utcnow())])
+                stale = found[0][0] if found else None
+            if stale is None:
+                claimed, stale = await self._lease_ready(ask, look_for_stale=not recover)
+                if stale is None:
+                    return claimed
+            recovered = await self._claim_locked(replace(ask, run_id=stale))  # settle what its dead worker left
             if recovered is not None:
                 return recovered
         return None
+
+    async def _lease_ready(self, ask: _Claim, *, look_for_stale: bool) -> tuple[ClaimedRun | None, str | None]:
+        """PostgreSQL: the claim of the oldest ready run, in three round trips: lease it; read it and start its
+        approved calls; audit and commit. With none ready, the run whose worker's lease expired, if asked to look."""
+        now = utcnow()
+        lease_end = now + dt.timedelta(seconds=ask.lease_seconds)
+        lease = {**_filters(ask, now), "new_owner": ask.worker_id, "lease_end": lease_end}
+        looked: Cursors = []
+        async with pipelined(self.db) as transaction:
+            leasing = Step(_lease_oldest("ready", *_shape(ask), "postgresql"), lease, returns=True)
+            [leased] = await transaction.run([leasing])
+            if leased:
+                run = _Claimable(*leased[0])
+                history_from = _history_from(ask, run)
+                steps = _claim_steps(run, history_from, now)
+                results = await transaction.run(steps) if steps else []
+                claimed, events = _claimed(run, lease_end, history_from, ask.worker_id, now, results)
+                await transaction.commit(events, [(RUNS_CHANNEL, run.id)])
+            elif look_for_stale:
+                looked = await transaction.roll_back(then=[_stale_lease_step(ask, now)])
+        if leased:
+            return claimed, None
+        [found] = await fetched(looked) if looked else [[]]
+        return None, found[0][0] if found else None
 
     async def _claim_locked(self, ask: _Claim) -> ClaimedRun | None:
         """Lock the oldest claimable run and lease it, recovering it first if its worker died."""
@@ -220,12 +296,13 @@ class RunLifecycle(StoreBase):
         messages: Sequence[ModelMessage],
         *,
         lease_seconds: float = 60.0,
-        executing: Collection[str] | None = None,
+        results: CallOutcomes | None = None,
     ) -> None:
-        """Append a step's messages, record results of approved calls, renew the lease.
+        """Append a step's messages, record the outcomes of approved calls, renew the lease.
 
-        `executing` names the calls this worker marked executing and may find results for
-        here; when given, steps without such results cost no extra query.
+        `results` are the outcomes the run's engine read in the step, for the calls this worker
+        marked executing (`approvals.resumer.call_outcomes`); the store writes them as given and
+        never reads the messages for them. A step without any costs no extra query.
         """
         await self.write_run(
             RunWrite(
@@ -233,7 +310,7 @@ class RunLifecycle(StoreBase):
                 worker_id=worker_id,
                 messages=messages,
                 changes={"lease_expires_at": _lease_end(lease_seconds)},
-                results=_call_results(messages, executing),
+                results=_results(results),
             )
         )
 
@@ -244,12 +321,15 @@ class RunLifecycle(StoreBase):
         messages: Sequence[ModelMessage],
         requests: DeferredToolRequests,
         *,
-        executing: Collection[str] | None = None,
+        results: CallOutcomes | None = None,
     ) -> None:
-        """The run stops for people: its last messages, its pending calls and its status, in one transaction."""
+        """The run stops for people: its last messages, its pending calls and its status, in one transaction.
+
+        `results` are the outcomes of executed calls the messages report, as for `append_step`.
+        """
         write = paused_write(run_id, worker_id, requests, now=utcnow())
         write.messages = messages
-        write.results = _call_results(messages, executing)
+        write.results = _results(results)
         await self.write_run(write)
 
     async def finish(
@@ -261,14 +341,15 @@ class RunLifecycle(StoreBase):
         output: Any = None,
         error: str | None = None,
         failed_tool_call_id: str | None = None,
-        executing: Collection[str] | None = None,
+        results: CallOutcomes | None = None,
         released: Collection[str] = (),
     ) -> None:
         """The run ended: completed with `output`, or failed with `error`.
 
-        When it failed, calls marked executing that never ran (`released`) are approved
-        again, so a retry runs them; the call that failed the run ends `failed`, and any
-        other call caught mid-execution `outcome_unknown`.
+        `results` are the outcomes of executed calls the messages report, as for `append_step`.
+        When it failed, calls marked executing that never ran (`released`) are approved again,
+        so a retry runs them; the call that failed the run ends `failed`, and any other call
+        caught mid-execution `outcome_unknown`.
         """
         failed = error is not None
         await self.write_run(
@@ -283,7 +364,7 @@ class RunLifecycle(StoreBase):
                     "lease_owner": None,
                     "lease_expires_at": None,
                 },
-                results=_call_results(messages, executing),
+                results=_results(results),
                 released=list(released),
                 interrupted=Interrupted(failed_tool_call_id, error) if error is not None else None,
                 events=[
@@ -401,27 +482,41 @@ _STUCK_CALL_COLUMNS = (
 )
 
 
+_CLAIMABLE: dict[str, ColumnElement[bool]] = {
+    "ready": RunRow.status == RunStatus.READY,
+    "stale": and_(RunRow.status == RunStatus.RESUMING, RunRow.lease_expires_at < bindparam("now")),
+}
+"""Runs a claim may take: ready ones, and those whose worker's lease ran out (`stale`)."""
+_CLAIMABLE["claimable"] = or_(_CLAIMABLE["ready"], _CLAIMABLE["stale"])
+
+
 @cache
-def _oldest_claimable(by_run: bool, by_agent: bool, dialect: str) -> Select[Any]:
-    """The oldest run a claim may take: ready, or resuming under a lease that ran out (each variant built once)."""
-    query = (
-        select(*_CLAIMABLE_RUN_COLUMNS)
-        .where(
-            or_(
-                RunRow.status == RunStatus.READY,
-                and_(RunRow.status == RunStatus.RESUMING, RunRow.lease_expires_at < bindparam("now")),
-            )
-        )
-        .order_by(RunRow.updated_at)
-        .limit(1)
-    )
+def _oldest(kind: str, by_run: bool, agents: int | None, dialect: str) -> Select[Any]:
+    """The oldest run of a `_CLAIMABLE` kind, of one run or of some agents (each variant built once)."""
+    query = select(*_CLAIMABLE_RUN_COLUMNS).where(_CLAIMABLE[kind]).order_by(RunRow.updated_at).limit(1)
     if by_run:
         query = query.where(RunRow.id == bindparam("run_id"))
-    if by_agent:
-        query = query.where(RunRow.agent_name.in_(bindparam("agent_names", expanding=True)))
+    if agents is not None:
+        query = query.where(in_list(RunRow.agent_name, "agent", agents))
     if dialect == "postgresql":
         query = query.with_for_update(skip_locked=True)
     return query
+
+
+def _shape(ask: _Claim) -> tuple[bool, int | None]:
+    """Which variant of `_oldest` a claim needs."""
+    return ask.run_id is not None, None if ask.agent_names is None else len(ask.agent_names)
+
+
+def _filters(ask: _Claim, now: dt.datetime) -> dict[str, Any]:
+    """`_oldest`'s parameters for a claim."""
+    by_run = {"run_id": ask.run_id} if ask.run_id is not None else {}
+    return {"now": now, **by_run, **in_list_params("agent", ask.agent_names or ())}
+
+
+def _stale_lease_step(ask: _Claim, now: dt.datetime) -> Step:
+    """PostgreSQL: the oldest run whose worker's lease ran out; it takes the careful path (`_claim_locked`)."""
+    return Step(_oldest("stale", *_shape(ask), "postgresql"), _filters(ask, now), returns=True)
 
 
 _LEASE = {
@@ -434,13 +529,15 @@ LEASE_RUN = update(RunRow).where(RunRow.id == bindparam("run_id")).values(_LEASE
 
 
 @cache
-def _lease_oldest_if_ready(by_run: bool, by_agent: bool) -> Update:
-    """SQLite: lease the oldest claimable run in one statement when it is a ready one (the usual case).
+def _lease_oldest(kind: str, by_run: bool, agents: int | None, dialect: str) -> Update:
+    """Lease the oldest run of a `_CLAIMABLE` kind in one statement when it is a ready one (the usual case).
 
-    When it is a dead worker's, nothing changes and the claim takes the careful path, which
-    settles what that worker left behind first.
+    SQLite looks among all claimable runs, so a dead worker's run is not passed over for
+    newer ready ones: when the oldest is a dead worker's, nothing changes and the claim
+    takes the careful path, which settles what that worker left behind first. PostgreSQL
+    looks among ready runs, and for dead workers' runs apart (`_claim_pipelined`).
     """
-    oldest = _oldest_claimable(by_run, by_agent, "sqlite").with_only_columns(RunRow.id).scalar_subquery()
+    oldest = _oldest(kind, by_run, agents, dialect).with_only_columns(RunRow.id).scalar_subquery()
     return (
         update(RunRow)
         .where(RunRow.id == oldest, RunRow.status == RunStatus.READY)
@@ -467,38 +564,27 @@ def _claim_oldest(tx: Tx, ask: _Claim) -> ClaimedRun | object | None:
     """
     now = utcnow()
     lease_end = now + dt.timedelta(seconds=ask.lease_seconds)
-    given = {"now": now, "run_id": ask.run_id, "agent_names": ask.agent_names}
-    filters = {k: v for k, v in given.items() if v is not None}
-    by_run, by_agent = ask.run_id is not None, ask.agent_names is not None
-    run = None
-    if tx.session.dialect.name == "sqlite":
+    filters = _filters(ask, now)
+    dialect = tx.session.dialect.name
+    found = None
+    if dialect == "sqlite":
         lease = {**filters, "new_owner": ask.worker_id, "lease_end": lease_end}
-        run = tx.session.execute(_lease_oldest_if_ready(by_run, by_agent), lease).one_or_none()
-    if run is None:
-        run = tx.session.execute(_oldest_claimable(by_run, by_agent, tx.session.dialect.name), filters).one_or_none()
-        if run is None:
+        found = tx.session.execute(_lease_oldest("claimable", *_shape(ask), dialect), lease).one_or_none()
+    if found is None:
+        found = tx.session.execute(_oldest("claimable", *_shape(ask), dialect), filters).one_or_none()
+        if found is None:
             return None
-        if run.status == RunStatus.RESUMING and _recover_crashed(tx, run.id, now):
+        if found.status == RunStatus.RESUMING and _recover_crashed(tx, found.id, now):
             return _HANDED_BACK
-        lease = {"run_id": run.id, "new_owner": ask.worker_id, "lease_end": lease_end, "now": now}
+        lease = {"run_id": found.id, "new_owner": ask.worker_id, "lease_end": lease_end, "now": now}
         tx.session.execute(LEASE_RUN, lease)
-    tx.record(run_event(ask.worker_id, "run.resumed", run.id, run.agent_name, at=now))
+    run = _Claimable(*found)
+    history_from = _history_from(ask, run)
+    results = run_steps(tx, _claim_steps(run, history_from, now))
+    claimed, events = _claimed(run, lease_end, history_from, ask.worker_id, now, results)
+    tx.events.extend(events)
     tx.announce(RUNS_CHANNEL, run.id)
-    history: list[ModelMessage] = []
-    decided: dict[str, DecidedCall] = {}
-    history_from = ask.known.get(run.id, 0)
-    if history_from > run.message_count:  # the worker holds more than is stored: a restored database
-        history_from = 0
-    if run.message_count:
-        messages = tx.session.execute(MESSAGES_FROM, {"run_id": run.id, "seq": history_from})
-        history = load_stored_history((data, version) for data, version in messages)
-        calls = tx.session.execute(DECIDED_CALLS, {"run_id": run.id})
-        decided = {call.tool_call_id: DecidedCall(**call._asdict()) for call in calls}
-    approved = [c.tool_call_id for c in decided.values() if c.status == CallStatus.APPROVED]
-    held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=ask.worker_id)
-    started = start_executing(tx, held, approved, now) if approved else []
-    claimed = _claimed(run, lease_end, history, decided, frozenset(call.tool_call_id for call in started))
-    return replace(claimed, history_from=history_from)
+    return claimed
 
 
 def _recover_crashed(tx: Tx, run_id: str, now: dt.datetime) -> bool:
@@ -536,16 +622,6 @@ _RETRIED = "worker died while the call ran; the tool is idempotent"
 _MAY_HAVE_RUN = "worker died while the call ran; it may or may not have happened"
 
 
-def _call_results(messages: Sequence[ModelMessage], executing: Collection[str] | None) -> dict[str, tuple[str, Any]]:
-    """Executed approved calls' outcomes in a step: succeeded with their result, or failed with the retry message."""
-    outcomes: dict[str, tuple[str, Any]] = {}
-    for message in as_approvals_messages(messages):
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, ToolReturnPart) and part.source == "tool":
-                    outcomes[part.tool_call_id] = (CallStatus.SUCCEEDED, part.content)
-                elif isinstance(part, RetryPromptPart) and part.tool_call_id:
-                    outcomes[part.tool_call_id] = (CallStatus.FAILED, part.content)
-    if executing is not None:
-        outcomes = {k: v for k, v in outcomes.items() if k in executing}
-    return outcomes
+def _results(results: CallOutcomes | None) -> dict[str, tuple[str, Any]]:
+    """What a write records of the outcomes it was given."""
+    return dict[str, tuple[str, Any]](results) if results else {}

@@ -1,4 +1,8 @@
-"""The hot path's SQL has one copy, a versioned file: what migrations install is that file, unedited."""
+"""PostgreSQL's functions have one copy, a versioned file: what migrations install is that file, unedited.
+
+Only the server's half of the audit chain is still a function; migration 0015 dropped the
+rest, which repeated statements both databases run.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,15 @@ import pytest
 
 from approvals.store.audit import AUDIT_LOCK_KEY
 from approvals.store.hot_path_sql import (
-    FUNCTIONS,
+    DROPPED_FUNCTIONS,
+    FUNCTION_VERSIONS,
     HOT_PATH_VERSION,
     function_name,
+    function_statement,
     hot_path_sha256,
     hot_path_statements,
 )
-from approvals.store.migrate import upgrade
+from approvals.store.migrate import downgrade, upgrade
 from approvals.store.states import CallStatus, RunStatus
 
 from .conftest import BACKENDS
@@ -68,8 +74,10 @@ def test_the_files_name_only_statuses_the_store_knows_and_its_audit_lock() -> No
 def test_each_function_this_code_calls_is_defined_once_in_its_version() -> None:
     every = [name for version in VERSIONS for name in defined(version)]
     assert len(every) == len(set(every)), "a name is defined twice"
-    current = {function_name(f) for f in FUNCTIONS}
+    current = {function_name(f) for f in FUNCTION_VERSIONS}
     assert current <= set(every)
+    assert not current & set(DROPPED_FUNCTIONS)
+    assert set(DROPPED_FUNCTIONS) <= set(every)
     for version in VERSIONS:  # a version calls only functions that exist by then
         calls = set(re.findall(r"\b(approvals_\w+_v\d+)\(", "\n".join(hot_path_statements(version))))
         known = {name for older in range(2, version + 1) for name in defined(older)}
@@ -86,7 +94,8 @@ def function_definitions(url: str) -> dict[str, str]:
 
 @needs_postgres
 def test_migrations_install_exactly_the_file(tmp_path: Path) -> None:
-    """A database built by the migrations holds the same function definitions as the file applied by itself."""
+    """A database built by the migrations holds the same function definitions as the file applied by itself:
+    the functions this code calls at head; every released one before migration 0015 and after its downgrade."""
     with empty_database("postgresql", tmp_path) as migrated, empty_database("postgresql", tmp_path) as from_file:
         upgrade(migrated)
         upgrade(from_file, "0010")  # the tables, and no versioned function yet
@@ -94,6 +103,14 @@ def test_migrations_install_exactly_the_file(tmp_path: Path) -> None:
             for version in VERSIONS:
                 for statement in hot_path_statements(version):
                     conn.execute(statement.encode())
-        expected = function_definitions(from_file)
-        assert set(expected) == {name for version in VERSIONS for name in defined(version)}
-        assert function_definitions(migrated) == expected
+        released = function_definitions(from_file)
+        assert set(released) == {name for version in VERSIONS for name in defined(version)}
+        called = {function_name(f) for f in FUNCTION_VERSIONS}
+        assert function_definitions(migrated) == {name: text for name, text in released.items() if name in called}
+        downgrade(migrated, "0014")
+        assert function_definitions(migrated) == released
+
+
+def test_a_dropped_function_is_created_again_from_its_file() -> None:
+    for name in DROPPED_FUNCTIONS:
+        assert re.findall(r"CREATE FUNCTION (\w+)\(", function_statement(name)) == [name]

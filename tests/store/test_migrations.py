@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
 from approvals.store.db import normalize_url
-from approvals.store.hot_path_sql import FUNCTIONS, function_name
+from approvals.store.hot_path_sql import FUNCTION_VERSIONS, function_name
 from approvals.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate
 
@@ -114,16 +114,8 @@ def function_names(url: str) -> set[str]:
         return {name for (name,) in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'approvals\\_%'")}
 
 
-HOT_PATH_FUNCTIONS = {
-    "approvals_audit_append",
-    "approvals_audit_head",
-    "approvals_claim",
-    "approvals_event_content",
-    "approvals_run_write",
-    "approvals_stale_lease",
-}
-"""The unversioned functions of migrations 0004 and 0005, kept for workers of the previous release."""
-HOT_PATH_FUNCTIONS |= {function_name(f, 2) for f in FUNCTIONS} | {function_name(f) for f in FUNCTIONS}
+HOT_PATH_FUNCTIONS = {function_name(f) for f in FUNCTION_VERSIONS}
+"""The functions migration 0015 kept: the server's half of the audit chain."""
 
 
 def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:

@@ -1,23 +1,32 @@
-"""PostgreSQL's hot path keeps a few connections in autocommit mode between calls.
+"""PostgreSQL's hot path keeps a few connections in autocommit mode between calls, and pipelines its statements.
 
 What that must not change: the pool's sessions still get connections in transaction
 mode, a connection the server dropped is never used twice, and disposing of the
-database closes the kept ones too (the pool's own dispose cannot reach them).
+database closes the kept ones too (the pool's own dispose cannot reach them). What the
+pipeline costs in round trips, and that a write it refuses leaves its connection usable.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from approvals.store import Database
+from approvals import Conflict, LeaseLost
+from approvals.messages import ModelResponse, TextPart
+from approvals.store import ClaimedRun, Database, Store, _pg
 from approvals.store._pg import pooled_connection
+from approvals.store.states import CallStatus
 
-from .conftest import BACKENDS
+from .conftest import BACKENDS, connections_in_use
+from .test_run_writes import decided_shop_run
 
 pytestmark = [
     pytest.mark.anyio,
@@ -71,9 +80,98 @@ async def test_a_kept_connection_the_server_dropped_fails_one_call_and_is_replac
     assert await backend_pid(database) != dropped
 
 
+async def test_kept_connections_plan_without_bitmap_scans_and_the_pools_as_usual(database: Database) -> None:
+    kept = database.autocommit_connections
+    assert kept is not None
+    pooled, since = await kept.take()
+    connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
+    assert await (await connection.execute("SHOW enable_bitmapscan")).fetchone() == ("off",)
+    await kept.give_back(pooled, since, keep=False)  # back to the pool
+    async with database.engine.connect() as session_connection:
+        assert (await session_connection.execute(text("SHOW enable_bitmapscan"))).scalar() == "on"
+
+
 async def test_disposing_closes_the_kept_connections(database: Database, postgres_url: str) -> None:
     kept = await backend_pid(database)
     await database.dispose()
     with admin(postgres_url) as connection:
         row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (kept,)).fetchone()
     assert row == (0,)
+
+
+def postgres_only(store: Store) -> None:
+    if not store.db.is_postgres:
+        pytest.skip("PostgreSQL's pipeline")
+
+
+@asynccontextmanager
+async def traced(db: Database, trace: Path) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """`pooled_connection`, with the messages sent and received written to `trace` (libpq's trace)."""
+    async with pooled_connection(db) as connection:
+        with trace.open("a") as file:
+            connection.pgconn.trace(file.fileno())
+            connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                yield connection
+            finally:
+                connection.pgconn.untrace()
+
+
+def round_trips(trace: Path) -> int:
+    """Round trips in `trace`: the Sync messages sent, each answered once the server has run what came before."""
+    if not trace.exists():
+        return 0
+    return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and "\tSync" in line)
+
+
+async def test_a_step_is_one_round_trip_a_claim_three_and_the_writes_that_audit_two(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
+    postgres_only(store)
+    run_id, ids = await decided_shop_run(store, tmp_path)
+    store._stale_leases_checked_at = time.monotonic()  # no look for dead workers' runs now
+    trace = tmp_path / "trace"
+    monkeypatch.setattr(_pg, "pooled_connection", lambda db: traced(db, trace))
+    costs = []
+
+    async def cost(write: Awaitable[object]) -> object:
+        before = round_trips(trace)
+        result = await write
+        costs.append(round_trips(trace) - before)
+        return result
+
+    claimed = await cost(store.claim("w1", run_id=run_id))  # lease; read and start the approved call; audit
+    assert isinstance(claimed, ClaimedRun) and claimed.executing
+    step = [ModelResponse(parts=[TextPart(content="refunded")])]
+    await cost(store.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
+    results = {call_id: (CallStatus.SUCCEEDED, "ok") for call_id in claimed.executing}
+    await cost(store.append_step(run_id, "w1", step, results=results))  # results are audited
+    await cost(store.finish(run_id, "w1", step, output="done"))
+    assert costs == [3, 1, 2, 2]
+    assert (await store.get_run(run_id)).status == "completed"
+    assert (await store.get_call(ids["refund"])).status == "succeeded"
+    assert (await store.verify_audit()).ok
+
+
+async def test_a_refused_write_ends_its_transaction_and_keeps_its_connection(store: Store, tmp_path: Path) -> None:
+    """A write whose guard did not hold rolls back (or committed nothing): the connection stays in the pool."""
+    postgres_only(store)
+    run_id, ids = await decided_shop_run(store, tmp_path)
+    assert await store.claim("w1", run_id=run_id) is not None
+    stored = (await store.get_run(run_id)).message_count
+    pid = await backend_pid(store.db)
+    step = [ModelResponse(parts=[TextPart(content="late")])]
+    with pytest.raises(LeaseLost):
+        await store.append_step(run_id, "someone-else", step)  # committed with nothing written
+    with pytest.raises(LeaseLost):
+        await store.finish(run_id, "someone-else", step, output="done")  # rolled back
+    with pytest.raises(Conflict, match="not every call to execute is approved"):
+        await store.mark_executing(run_id, "w1", [(await store.get_call(ids["delete_customer"])).tool_call_id])
+    assert await backend_pid(store.db) == pid
+    assert connections_in_use(store) == 0
+    run = await store.get_run(run_id)
+    assert (run.status, run.lease_owner, run.message_count) == ("resuming", "w1", stored)
+    await store.finish(run_id, "w1", step, output="done")  # the run's lock is free
+    assert (await store.get_run(run_id)).status == "completed"
+    assert (await store.verify_audit()).ok

@@ -202,8 +202,8 @@ async def test_a_long_step_is_stored_whole_and_in_order(store: Store) -> None:
     run_id = await store.start_run("shop", "go", actor=SERVICE)
     assert await store.claim("w1", run_id=run_id) is not None
     step = [ModelRequest(parts=[UserPromptPart(content=f"message {i}")]) for i in range(1234)]
-    await store.append_step(run_id, "w1", step[:1], executing=frozenset())
-    await store.append_step(run_id, "w1", step[1:], executing=frozenset())  # more rows than one INSERT carries
+    await store.append_step(run_id, "w1", step[:1])
+    await store.append_step(run_id, "w1", step[1:])  # more rows than one INSERT carries
     history = await store.load_history(run_id)
     assert [m.parts[0].content for m in history] == [f"message {i}" for i in range(1234)]  # type: ignore[union-attr]
     assert (await store.get_run(run_id)).message_count == 1234

@@ -1,37 +1,48 @@
-"""A worker's write has two implementations on PostgreSQL's hot path; random sequences prove them equal.
+"""A worker's write has one implementation; random sequences prove every way of running it stores the same.
 
-`_run_writes.apply_write` (SQLAlchemy Core, what SQLite runs) and `approvals_run_write_v2` (one
-function call, what PostgreSQL runs) are driven with the same random sequence of writes,
-each on its own PostgreSQL database. After every write both must have refused it the same
-way or stored the same rows, and their audit chains must have the same hashes.
+`_run_writes.write_steps` makes a write's statements. They run three ways: on SQLite one by
+one on the `sqlite3` cursor (`apply_write`), on PostgreSQL in a psycopg pipeline
+(`_pg.pg_run_write`), and on PostgreSQL through SQLAlchemy (`apply_write` in
+`run_statements`, as crash recovery and paused runs take it). The same random sequence of
+writes goes to a database of each. After every write all three must have refused it the
+same way or stored the same rows, and their audit chains must have the same hashes: the one
+SQLite's Python chains and the two the server chains.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import JSON, Table, delete, insert, select, text, update
 
+from approvals._canonical import canonical_json
 from approvals.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from approvals.store import Database, Store
-from approvals.store._pg import pg_run_write
-from approvals.store._run_writes import apply_write
+from approvals.store._run_writes import Tx, apply_write
 from approvals.store._writes import Interrupted, RunEvent, RunWrite, tool_definition_row
 from approvals.store.migrate import upgrade
+from approvals.store.models import (
+    AuditEventRow,
+    DecisionRow,
+    MessageRow,
+    RunRow,
+    ToolCallRow,
+    ToolDefinitionRow,
+)
 from approvals.tools import ToolDefinition
 
 from .conftest import BACKENDS
 from .test_migrations import empty_database
 
-pytestmark = pytest.mark.skipif("postgresql" not in BACKENDS, reason="both paths run on PostgreSQL")
+pytestmark = pytest.mark.skipif(not {"sqlite", "postgresql"} <= set(BACKENDS), reason="compares SQLite with PostgreSQL")
 
 RUN, WORKER, AGENT = "run1", "w1", "agent"
 START = dt.datetime(2026, 11, 24, 3, 0, tzinfo=dt.UTC)
@@ -44,14 +55,9 @@ PAUSED = [("pause", CALL_IDS[:3]), ("approve", "tc0"), ("approve", "tc1")]
 EXECUTING = [*PAUSED, ("execute", ["tc0", "tc1"])]
 PREAMBLES = [PAUSED, EXECUTING, [*EXECUTING, ("release", ["tc1"])], [*EXECUTING, ("interrupt", "tc0")]]
 """Every sequence starts with approved or executing calls, so starting, settling and releasing them is reached."""
-TABLES = {
-    "runs": "id",
-    "messages": "run_id, seq",
-    "tool_calls": "id",
-    "decisions": "id",
-    "audit_events": "id",
-    "tool_definitions": "version",
-}
+MODELS = (RunRow, MessageRow, ToolDefinitionRow, ToolCallRow, DecisionRow, AuditEventRow)
+ORDER = {"runs": "id", "messages": "run_id, seq", "tool_definitions": "version", "tool_calls": "id"}
+"""Each table's order; decisions and audit events in the order they were written (their ids)."""
 
 ops = st.one_of(
     st.tuples(st.just("step"), st.lists(st.text(max_size=8).filter("\x00".__ne__), min_size=1, max_size=3)),
@@ -72,8 +78,8 @@ ops = st.one_of(
 )
 
 
-def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | str:
-    """The write an operation makes, or the SQL it runs on both databases alike (what a reviewer or a claim does)."""
+def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | Callable[[Tx], None]:
+    """The write an operation makes, or the statements it runs on every database alike (a reviewer's, a claim's)."""
     base: dict[str, Any] = {"run_id": RUN, "worker_id": WORKER, "now": now}
     if op == "step":
         return RunWrite(**base, messages=[ModelResponse(parts=[TextPart(content=t)]) for t in arg])
@@ -98,11 +104,7 @@ def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | str
         ]
         return RunWrite(**base, messages=[ModelResponse(parts=parts)], calls=calls, tool_definitions=[TOOL])
     if op == "approve":
-        return (
-            f"WITH c AS (UPDATE tool_calls SET status = 'approved' WHERE tool_call_id = '{arg}' AND status = 'pending' "
-            "RETURNING id) INSERT INTO decisions (call_id, actor, verdict, args_digest, created_at) "
-            f"SELECT id, 'alice', 'approve', repeat('0', 64), '{now.isoformat()}' FROM c"
-        )
+        return lambda tx: approve(tx, arg, now)
     if op == "execute":
         return RunWrite(**base, start_executing=arg)
     if op == "settle":
@@ -115,45 +117,69 @@ def write_for(op: str, arg: Any, index: int, now: dt.datetime) -> RunWrite | str
         return RunWrite(**base, events=[RunEvent("run.noted", "run", RUN, None, arg)])
     if op == "let_go":
         return RunWrite(**base, changes={"status": "awaiting_approval", "lease_owner": None, "lease_expires_at": None})
-    return f"UPDATE runs SET status = 'resuming', lease_owner = '{WORKER}' WHERE id = '{RUN}'"
+    return hold_again
 
 
-def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    with psycopg.connect(url) as conn:
-        return {
-            table: conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall() for table, order in TABLES.items()
-        }
+def hold_again(tx: Tx) -> None:
+    tx.session.execute(update(RunRow).where(RunRow.id == RUN).values(status="resuming", lease_owner=WORKER))
 
 
-def fresh(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-        conn.execute(
-            "INSERT INTO runs (id, agent_name, status, message_count, lease_owner, created_at, updated_at) "
-            "VALUES (%s, %s, 'resuming', 0, %s, %s, %s)",
-            (RUN, AGENT, WORKER, START, START),
-        )
-        definition = tool_definition_row(TOOL, START)
-        conn.execute(
-            "INSERT INTO tool_definitions (version, name, definition, created_at) VALUES (%s, %s, %s, %s)",
-            (definition["version"], definition["name"], psycopg.types.json.Jsonb(definition["definition"]), START),
-        )
+def approve(tx: Tx, tool_call_id: str, now: dt.datetime) -> None:
+    approved = tx.session.execute(
+        update(ToolCallRow)
+        .where(ToolCallRow.tool_call_id == tool_call_id, ToolCallRow.status == "pending")
+        .values(status="approved")
+        .returning(ToolCallRow.id)
+    ).scalar()
+    if approved is not None:
+        decision = {"call_id": approved, "actor": "alice", "verdict": "approve", "args_digest": "0" * 64}
+        tx.session.execute(insert(DecisionRow), [{**decision, "created_at": now}])
+
+
+def fresh(tx: Tx) -> None:
+    for model in reversed(MODELS):
+        tx.session.execute(delete(model))
+    if tx.session.dialect.name == "postgresql":  # SQLite numbers rows after the largest one left: none
+        tx.session.execute(text("ALTER SEQUENCE decisions_id_seq RESTART"))
+        tx.session.execute(text("ALTER SEQUENCE audit_events_id_seq RESTART"))
+    run = {"id": RUN, "agent_name": AGENT, "status": "resuming", "message_count": 0, "lease_owner": WORKER}
+    tx.session.execute(insert(RunRow), [{**run, "created_at": START, "updated_at": START}])
+    tx.session.execute(insert(ToolDefinitionRow), [tool_definition_row(TOOL, START)])
+
+
+async def rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table as the store reads it back; JSON as its canonical text (PostgreSQL keeps `1e16` as an integer)."""
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    async with store.db.read() as session:
+        for model in MODELS:
+            table = cast(Table, model.__table__)
+            order = [table.c[column.strip()] for column in ORDER.get(table.name, "id").split(",")]
+            found = (await session.execute(select(table).order_by(*order))).all()
+            canonical = [isinstance(column.type, JSON) for column in table.columns]
+            tables[table.name] = [
+                tuple(canonical_json(v) if json else v for v, json in zip(row, canonical, strict=True)) for row in found
+            ]
+    return tables
 
 
 @asynccontextmanager
-async def two_databases(tmp_path: Path) -> AsyncIterator[tuple[tuple[str, Store], tuple[str, Store]]]:
-    with empty_database("postgresql", tmp_path) as python_url, empty_database("postgresql", tmp_path) as sql_url:
-        upgrade(python_url)
-        upgrade(sql_url)
-        python_db, sql_db = Database(python_url), Database(sql_url)
-        try:
-            yield (python_url, Store(python_db)), (sql_url, Store(sql_db))
-        finally:
-            await python_db.dispose()
-            await sql_db.dispose()
+async def three_stores(tmp_path: Path) -> AsyncIterator[list[tuple[str, Store]]]:
+    async with AsyncExitStack() as stack:
+        urls = [
+            stack.enter_context(empty_database("sqlite", tmp_path)),
+            stack.enter_context(empty_database("postgresql", tmp_path)),
+            stack.enter_context(empty_database("postgresql", tmp_path)),
+        ]
+        stores = []
+        for url in urls:
+            upgrade(url)
+            database = Database(url)
+            stack.push_async_callback(database.dispose)
+            stores.append(Store(database))
+        yield [("sqlite", stores[0]), ("postgresql pipelined", stores[1]), ("postgresql sqlalchemy", stores[2])]
 
 
-async def outcome(coroutine: Any) -> str:
+async def outcome(coroutine: Awaitable[Any]) -> str:
     """What a write came to: stored, or the kind of refusal."""
     try:
         await coroutine
@@ -162,28 +188,34 @@ async def outcome(coroutine: Any) -> str:
     return "stored"
 
 
-async def by_python(store: Store, write: RunWrite) -> None:
-    await store.run_statements(lambda tx: apply_write(tx, write))
+def run_write(path: str, store: Store, write: RunWrite) -> Awaitable[None]:
+    """The write as the store runs it (SQLite's statements, PostgreSQL's pipeline), or through SQLAlchemy."""
+    if path == "postgresql sqlalchemy":
+        return store.run_statements(lambda tx: apply_write(tx, write))
+    return store.write_run(write)
 
 
-def test_random_writes_store_the_same_rows_and_audit_hashes_on_both_paths(tmp_path: Path) -> None:
+def test_random_writes_store_the_same_rows_and_audit_hashes_every_way(tmp_path: Path) -> None:
     async def check(sequences: list[list[tuple[str, Any]]]) -> None:
-        async with two_databases(tmp_path) as ((python_url, python_store), (sql_url, sql_store)):
+        async with three_stores(tmp_path) as stores:
             for sequence in sequences:
-                fresh(python_url)
-                fresh(sql_url)
+                for _, store in stores:
+                    await store.run_statements(fresh)
                 for index, (op, arg) in enumerate(sequence):
                     write = write_for(op, arg, index, START + dt.timedelta(seconds=index))
-                    if isinstance(write, str):
-                        for url in (python_url, sql_url):
-                            with psycopg.connect(url, autocommit=True) as conn:
-                                conn.execute(write.encode())
+                    if not isinstance(write, RunWrite):
+                        for _, store in stores:
+                            await store.run_statements(write)
                         continue
-                    by_sql = await outcome(pg_run_write(sql_store.db, write, set()))
-                    assert await outcome(by_python(python_store, write)) == by_sql, (index, op, arg)
-                    assert rows(python_url) == rows(sql_url), (index, op, arg)
-                verification = await sql_store.verify_audit()
-                assert verification.ok, verification.problem
+                    outcomes = {path: await outcome(run_write(path, store, write)) for path, store in stores}
+                    assert len(set(outcomes.values())) == 1, (index, op, arg, outcomes)
+                    [(_, first), *others] = stores
+                    expected = await rows(first)
+                    for path, store in others:
+                        assert await rows(store) == expected, (index, op, arg, path)
+                for path, store in stores:
+                    verification = await store.verify_audit()
+                    assert verification.ok, (path, verification.problem)
 
     collected: list[list[tuple[str, Any]]] = []
 

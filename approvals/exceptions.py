@@ -31,6 +31,7 @@ __all__ = (
     "Conflict",
     "Forbidden",
     "InvalidDeferredResults",
+    "InvalidArguments",
     "InvalidEdit",
     "LeaseLost",
     "ModelAPIError",
@@ -126,14 +127,18 @@ class Forbidden(ApprovalsError):
     """The actor is not allowed to do this."""
 
 
-class InvalidEdit(ApprovalsError):
-    """A reviewer's edited arguments failed validation; nothing was saved."""
+class InvalidArguments(ApprovalsError):
+    """A call's arguments failed validation (the tool's validator, or the JSON Schema a gate was given)."""
 
     def __init__(self, tool_name: str, errors: Sequence[tuple[str, str]], message: str) -> None:
         self.tool_name = tool_name
         self.errors = list(errors)
         """(argument location, message) pairs, to show next to the form fields."""
         super().__init__(message)
+
+
+class InvalidEdit(InvalidArguments):
+    """A reviewer's edited arguments failed validation; nothing was saved."""
 
 
 class LeaseLost(ApprovalsError):

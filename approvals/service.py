@@ -15,12 +15,15 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ._canonical import digest
-from .exceptions import Conflict, InvalidEdit, NotFound, ToolRetryError
+from .calls import CallRequest, validate_request, validate_with_schema
+from .engines import EngineKind, get_engine
+from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .resumer import AgentRegistry, Resumer
 from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
 from .store.errors import is_transient
 from .store.models import RunRow, ToolCallRow
 from .store.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
+from .tools import Tool
 
 __all__ = ("ApprovalService",)
 
@@ -49,25 +52,50 @@ class ApprovalService:
         self.registry.get(agent_name)  # NotFound for an agent this deployment does not know
         return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps)
 
-    def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
-        """A reviewer's edited arguments, checked by the tool's own validator; `InvalidEdit` lists field errors."""
+    def registered_tool(self, agent_name: str, tool_name: str) -> Tool[Any] | None:
+        """The tool an agent registered in this process has under that name, if any."""
+        if agent_name not in self.registry:
+            return None
+        return self.registry.get(agent_name).agent.tools.get(tool_name)
+
+    async def request_call(self, request: CallRequest, *, actor: Actor) -> tuple[ToolCallRow, bool]:
+        """Ask people about one call of an agent that runs elsewhere; returns the call and whether it is new.
+
+        The arguments are validated against the request's JSON Schema, else the registered
+        tool of that name, else taken as any JSON object; `InvalidArguments` lists the errors.
+        """
+        tool = self.registered_tool(request.source, request.tool_name) if request.json_schema is None else None
+        return await self.store.request_call(validate_request(request, tool), actor=actor)
+
+    async def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
+        """A reviewer's edited arguments, checked by the validator that checked the call's own.
+
+        That is the tool's own validator for a registered agent's call, and the JSON Schema
+        stored with the call for one that was requested with a schema (a gate's). `InvalidEdit`
+        lists the field errors.
+        """
+        tool = self.registered_tool(call.agent_name, call.tool_name)
+        if tool is not None:
+            try:
+                validated = tool.validate_args(args if isinstance(args, dict | str) else {})
+            except ToolRetryError as exc:
+                raise InvalidEdit(call.tool_name, exc.errors, exc.message) from None
+            return tool.dump_args(validated)
+        run = await self.store.get_run(call.run_id)
+        if get_engine(run.engine).kind is not EngineKind.GATE:
+            raise NotFound(f"Tool {call.tool_name!r} of agent {call.agent_name!r} is not available to validate edits")
+        definition = await self.store.tool_definition(call.tool_version)
         try:
-            tool = self.registry.get(call.agent_name).agent.tools[call.tool_name]
-        except (NotFound, KeyError):
-            raise NotFound(
-                f"Tool {call.tool_name!r} of agent {call.agent_name!r} is not available to validate edits"
-            ) from None
-        try:
-            validated = tool.validate_args(args if isinstance(args, dict | str) else {})
-        except ToolRetryError as exc:
-            raise InvalidEdit(call.tool_name, exc.errors, exc.message) from None
-        return tool.dump_args(validated)
+            return validate_with_schema(call.tool_name, definition.parameters_json_schema, args)
+        except InvalidArguments as exc:
+            raise InvalidEdit(exc.tool_name, exc.errors, str(exc)) from None
 
     async def decide(self, call_id: str, verdict: Verdict, *, actor: Actor) -> ToolCallRow:
         """Record a verdict; edits are validated first and nothing is saved when they fail."""
         if isinstance(verdict, EditAndApprove):
             call = await self.store.get_call(call_id)
-            verdict = EditAndApprove(args=self.validate_edit(call, verdict.args), args_digest=verdict.args_digest)
+            edited = await self.validate_edit(call, verdict.args)
+            verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
         return await self.store.decide(call_id, verdict, actor=actor)
 
     async def resumable_run(self, run_id: str) -> RunRow:

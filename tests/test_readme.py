@@ -29,3 +29,13 @@ def test_readme_pydantic_ai_example_runs(capsys: pytest.CaptureFixture[str]) -> 
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("refund pending {")
     assert printed[-1] == "completed"
+
+
+def test_readme_call_lifecycle_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(
+        r"<!-- call-lifecycle-example:start -->\s*```python\n(.*?)```\s*<!-- call-lifecycle-example:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its call lifecycle example markers"
+    exec(compile(block.group(1), "README.md call lifecycle example", "exec"), {"__name__": "readme_call_example"})
+    assert capsys.readouterr().out.splitlines() == ["refund pending", "succeeded refunded 250"]

@@ -2,7 +2,8 @@
 
 `Store(Database(url))` offers the few operations the system needs, each one transaction:
 `start_run`, `claim`, `mark_executing`, `append_step`, `pause`, `finish`, `decide`,
-`expire`, plus the reads the web app and the resumer need.
+`expire`, the call lifecycle of agents that run elsewhere (`request_call`,
+`wait_for_decision`, `settle_call`), plus the reads the web app and the resumer need.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
+from .calls import CallOps
 from .conversations import ConversationOps
 from .db import Database, normalize_url
 from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
@@ -48,5 +50,5 @@ __all__ = (
 )
 
 
-class Store(RunLifecycle, DecisionOps, Queries, AccountOps, LoginOps, ConversationOps, PausedRunOps):
+class Store(RunLifecycle, CallOps, DecisionOps, Queries, AccountOps, LoginOps, ConversationOps, PausedRunOps):
     """All store operations over one database."""

@@ -107,6 +107,11 @@ class RunRow(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     agent_name: Mapped[str] = mapped_column(String(200))
+    """The agent, or for a gate the source that asks (an app, a coding CLI, an MCP client)."""
+    engine: Mapped[str] = mapped_column(String(40), default="native", server_default="native")
+    """The engine the run belongs to (`approvals.engines`): who continues it once its calls are decided."""
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    """A gate's session (the caller's own id for it): its calls gather in this run."""
     status: Mapped[RunStatus] = mapped_column(StatusText(RunStatus))
     prompt: Mapped[str | None] = mapped_column(Text)
     deps: Mapped[Any] = mapped_column(JsonValue, nullable=True)
@@ -170,6 +175,8 @@ class ToolCallRow(Base):
     status: Mapped[CallStatus] = mapped_column(StatusText(CallStatus))
     reason: Mapped[str | None] = mapped_column(Text)
     """Why the tool asked for approval, when it said."""
+    context: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    """What the caller said about the call's circumstances (working directory, requester, ...), for reviewers."""
     approvals_required: Mapped[int] = mapped_column(Integer, default=1)
     idempotent: Mapped[bool] = mapped_column(Boolean, default=False)
     expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import String, cast, func, select, tuple_
+from sqlalchemy import String, and_, cast, func, select, tuple_
 
 from ..exceptions import NotFound, UserError
 from ..messages import ModelRequest, ModelResponse, load_stored_history
@@ -22,10 +22,29 @@ from ..tools import ToolDefinition
 from ._base import StoreBase
 from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain
-from .models import STORED_TEXT, AuditEventRow, DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .models import (
+    STANDING,
+    STORED_TEXT,
+    AuditEventRow,
+    DecisionRow,
+    MessageRow,
+    RunRow,
+    ToolCallRow,
+    ToolDefinitionRow,
+)
 
 T = TypeVar("T")
 MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class ReviewFacts:
+    """What a reviewer's options on a call read besides the call itself (`approvals.calls.options`)."""
+
+    started_by: str | None
+    """Who started the call's run."""
+    standing: dict[str, frozenset[str]]
+    """Who holds a standing approval of the call (`DecisionRow.is_standing`), by the digest they approved."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,29 @@ class Queries(StoreBase):
                 .order_by(DecisionRow.id)
             )
             return list(rows.all())
+
+    async def review_facts(self, call_ids: Sequence[str]) -> dict[str, ReviewFacts]:
+        """For each call: who started its run and who approved which arguments, in one query (a page's calls)."""
+        if not call_ids:
+            return {}
+        query = (
+            select(ToolCallRow.id, RunRow.started_by, DecisionRow.actor, DecisionRow.args_digest)
+            .join(RunRow, RunRow.id == ToolCallRow.run_id)
+            .outerjoin(DecisionRow, and_(DecisionRow.call_id == ToolCallRow.id, STANDING))
+            .where(ToolCallRow.id.in_(call_ids))
+        )
+        started_by: dict[str, str | None] = {}
+        standing: dict[str, dict[str, set[str]]] = {}
+        async with self.db.read() as session:
+            for call_id, starter, approver, approved in await session.execute(query):
+                started_by[call_id] = starter
+                by_digest = standing.setdefault(call_id, {})
+                if approver is not None:
+                    by_digest.setdefault(approved, set()).add(approver)
+        return {
+            call_id: ReviewFacts(starter, {d: frozenset(who) for d, who in standing[call_id].items()})
+            for call_id, starter in started_by.items()
+        }
 
     async def tool_definition(self, version: str) -> ToolDefinition:
         async with self.db.read() as session:

@@ -29,7 +29,7 @@ __all__ = (
 
 
 class RunStatus(StrEnum):
-    """A run's place in its life: waiting for people, queued (`ready`), held by a worker, or ended.
+    """A run's place in its life: waiting for people, queued (`ready`), held by a worker, running elsewhere, or ended.
 
     Members are in the order lists and filters show them.
     """
@@ -37,6 +37,8 @@ class RunStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     READY = "ready"
     RESUMING = "resuming"
+    RUNNING = "running"
+    """The agent runs elsewhere (a gate's session) and no call of it waits for a person."""
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -60,7 +62,7 @@ class CallStatus(StrEnum):
 FINAL_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 """Runs that ended: nothing continues or cancels them."""
 SETTLED_RUN_STATUSES = (RunStatus.AWAITING_APPROVAL, *FINAL_RUN_STATUSES)
-"""Runs no worker is busy with: waiting for people, or ended."""
+"""Runs of resumable engines no worker is busy with: waiting for people, or ended."""
 RESUMABLE_RUN_STATUSES = (RunStatus.READY, RunStatus.RESUMING)
 """Runs a worker may continue now, or is continuing."""
 

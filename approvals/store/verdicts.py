@@ -16,15 +16,19 @@ approval was used up by running it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from .._canonical import digest
+from ..calls import options as _options  # the module, not its names: it imports the store in turn
+from ..calls.rules import status_once_decided
 from ..exceptions import Conflict, Forbidden, UserError
-from ._base import SYSTEM, Actor
+from ._base import Actor
+from ._run_writes import run_moved_on, run_moved_on_announcements
 from .audit import AuditEvent, call_event
 from .models import ToolCallRow
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .notify import PENDING_CHANNEL
 from .states import OPEN_CALL_STATUSES, CallStatus, RunStatus
 
 
@@ -87,6 +91,8 @@ class CallFacts:
     call: ToolCallRow
     started_by: str | None
     run_status: RunStatus
+    run_engine: str
+    """The engine of the call's run: who continues it once its calls are decided."""
     others_open: bool
     """Whether another call of the run still waits for a person."""
     standing: dict[str, frozenset[str]]
@@ -101,48 +107,86 @@ class DecisionPlan:
     """The `decisions` row."""
     call_changes: dict[str, Any]
     """The call's columns to set."""
-    run_ready: bool
-    """The run was waiting for this call alone: it becomes ready."""
+    run_next: RunStatus | None
+    """The run was waiting for this call alone: its status now (`status_once_decided`), else None."""
     events: list[AuditEvent]
     announcements: list[tuple[str, str]]
 
 
 def check_verdict(verdict: Verdict, actor: Actor) -> None:
     """What can be refused before reading anything: the actor's right to decide, and a denial's reason."""
-    if not actor.can("reviewer"):
-        raise Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
-    if isinstance(verdict, Approve | EditAndApprove) and not actor.person:
-        raise Forbidden(
-            f"{actor.id!r} is a service token: approvals come from people "
-            "(create the token for a user: approvals tokens create NAME --user USERNAME)"
-        )
+    refusal = _options.reviewer_refusal(actor, approving=isinstance(verdict, Approve | EditAndApprove))
+    if refusal is not None:
+        raise _refused(refusal, actor)
     if isinstance(verdict, Deny) and not verdict.reason.strip():
         raise UserError("A denial needs a reason: the model reads it")
 
 
-def _check_decidable(call: ToolCallRow, started_by: str | None, verdict: Verdict, actor: Actor) -> None:
-    """Refuse a verdict on a call that is no longer open, changed since it was seen, or on one's own run."""
-    if not call.is_open:
-        who = f" by {call.decided_by}" if call.decided_by else ""
+def _check_decidable(
+    call: ToolCallRow,
+    started_by: str | None,
+    verdict: Verdict,
+    actor: Actor,
+    *,
+    approving: str = "",
+    standing: Mapping[str, frozenset[str]] | None = None,
+) -> None:
+    """Refuse a verdict on a call that is no longer open, changed since it was seen, on one's own run,
+    or a second approval of the same arguments (`approving`: their digest) by the same person.
+
+    Who may do what comes from `call_options`, the rules the pages show.
+    """
+    options = _options.call_options(
+        actor, call.status, started_by=started_by, digest=approving, standing=standing or _options.NO_APPROVALS
+    )
+    if isinstance(verdict, Approve | EditAndApprove):
+        refusal, seen = options.approve_refusal, verdict.args_digest
+    else:
+        refusal, seen = options.decide_refusal, None
+    if refusal is _options.CallRefusal.NOT_OPEN:
+        raise _refused(refusal, actor, call)
+    if seen is not None and seen != call.current_digest:
         raise Conflict(
+            f"The arguments of call {call.id!r} changed since you loaded them; review them again", status=call.status
+        )
+    if refusal is not None:
+        raise _refused(refusal, actor, call)
+
+
+def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | None = None) -> Conflict | Forbidden:
+    """The store's error for a refusal of `call_options`, with the texts clients know."""
+    refusals = _options.CallRefusal
+    if refusal is refusals.NOT_REVIEWER:
+        return Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
+    if refusal is refusals.NOT_A_PERSON:
+        return Forbidden(
+            f"{actor.id!r} is a service token: approvals come from people "
+            "(create the token for a user: approvals tokens create NAME --user USERNAME)"
+        )
+    if refusal is refusals.OWN_RUN:
+        return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+    assert call is not None  # the other refusals need the call, read by then
+    if refusal is refusals.NOT_OPEN:
+        who = f" by {call.decided_by}" if call.decided_by else ""
+        return Conflict(
             f"Call {call.id!r} is no longer waiting for a decision: it was {call.status}{who}",
             status=call.status,
             decided_by=call.decided_by,
         )
-    current = call.current_digest
-    seen = verdict.args_digest if isinstance(verdict, Approve | EditAndApprove) else None
-    if seen is not None and seen != current:
-        raise Conflict(
-            f"The arguments of call {call.id!r} changed since you loaded them; review them again", status=call.status
-        )
-    if isinstance(verdict, Approve | EditAndApprove) and started_by == actor.id:
-        raise Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+    return Conflict(
+        f"{actor.id!r} already approved call {call.id!r} with these arguments; "
+        "a quorum needs approvals from different people"
+    )
 
 
 def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.datetime) -> DecisionPlan:
     """The rules of a verdict, the one copy: what it writes, or why it is refused."""
     call = facts.call
-    _check_decidable(call, facts.started_by, verdict, actor)
+    edit: dict[str, Any] = {}
+    if isinstance(verdict, EditAndApprove):
+        edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
+    approved_digest = edit.get("override_digest") or call.current_digest
+    _check_decidable(call, facts.started_by, verdict, actor, approving=approved_digest, standing=facts.standing)
     decision: dict[str, Any] = {"call_id": call.id, "actor": actor.id, "created_at": now}
     if isinstance(verdict, Deny | Answer):
         final = _FINAL_VERDICTS[type(verdict)]
@@ -153,16 +197,7 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
         action, details = f"call.{final.status}", fields
     else:
         kind = "edit" if isinstance(verdict, EditAndApprove) else "approve"
-        edit: dict[str, Any] = {}
-        if isinstance(verdict, EditAndApprove):
-            edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
-        approved_digest = edit.get("override_digest") or call.current_digest
         standing = facts.standing.get(approved_digest, frozenset())
-        if actor.id in standing:
-            raise Conflict(
-                f"{actor.id!r} already approved call {call.id!r} with these arguments; "
-                "a quorum needs approvals from different people"
-            )
         edited_args = verdict.args if isinstance(verdict, EditAndApprove) else None
         decision |= {"verdict": kind, "args_digest": approved_digest}
         if edited_args is not None:
@@ -177,12 +212,9 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
     events = [call_event(actor.id, action, call, details, at=now)]
     announcements = [(PENDING_CHANNEL, call.run_id)]
     still_open = changes.get("status", call.status) in OPEN_CALL_STATUSES
-    run_ready = not still_open and not facts.others_open and facts.run_status == RunStatus.AWAITING_APPROVAL
-    if run_ready:
-        events.append(
-            AuditEvent(
-                SYSTEM.id, "run.ready", "run", call.run_id, run_id=call.run_id, agent_name=call.agent_name, at=now
-            )
-        )
-        announcements += [(READY_CHANNEL, call.run_id), (RUNS_CHANNEL, call.run_id)]
-    return DecisionPlan(decision, changes, run_ready, events, announcements)
+    run_next = None
+    if not still_open and not facts.others_open and facts.run_status == RunStatus.AWAITING_APPROVAL:
+        run_next = status_once_decided(facts.run_engine)
+        events.append(run_moved_on(call.run_id, call.agent_name, run_next, now))
+        announcements += run_moved_on_announcements(call.run_id, run_next)
+    return DecisionPlan(decision, changes, run_next, events, announcements)

@@ -6,6 +6,9 @@ named block as the full page; any other form post is answered 303 back to the pa
 (post-redirect-get), so every action works without JavaScript. Errors a reviewer can fix
 (a field the tool's validator refused, a call someone else decided first) come back in
 the widget itself with 422 or 409; `static/approvals.js` lets htmx swap those.
+
+Which buttons and forms a viewer gets comes from `approvals.calls.options` (`call_options`,
+`run_options`), the rules `Store.decide` itself refuses by; the pages restate none of them.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
+from approvals.calls.options import CallOptions, call_options, reviewer_refusal, run_options
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.messages import as_approvals_messages
 from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store.models import DecisionRow, ToolCallRow
-from approvals.store.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
+from approvals.store.queries import ReviewFacts
+from approvals.store.states import CallStatus, RunStatus
 from approvals.tools import ToolDefinition
 
 from . import forms, sse, views
@@ -83,10 +88,25 @@ class InboxRow:
     full_args: str
     digest: str
     expiring_soon: bool
-    is_open: bool
-    can_decide: bool
-    approvals: list[str] = field(default_factory=list)
+    options: CallOptions
+    """What the viewer may do with the call, and why not (`approvals.calls.options`)."""
     message: str | None = None
+
+
+_NO_FACTS = ReviewFacts(started_by=None, standing={})
+
+
+def _options(actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> CallOptions:
+    """What `actor` may do with `call`: the rules' answer, from the call and what the page read about it."""
+    facts = facts or _NO_FACTS
+    return call_options(
+        actor,
+        call.status,
+        started_by=facts.started_by,
+        approvals_required=call.approvals_required,
+        digest=call.current_digest,
+        standing=facts.standing,
+    )
 
 
 _DEFINITIONS: dict[str, ToolDefinition] = {}
@@ -103,9 +123,7 @@ async def _definition(context: AppContext, version: str) -> ToolDefinition:
     return definition
 
 
-async def _row(
-    context: AppContext, actor: Actor, call: ToolCallRow, decisions: list[DecisionRow] | None = None
-) -> InboxRow:
+async def _row(context: AppContext, actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> InboxRow:
     args = call.current_args
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
     return InboxRow(
@@ -114,9 +132,7 @@ async def _row(
         full_args=json.dumps(args, ensure_ascii=False, sort_keys=True),
         digest=call.current_digest,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
-        is_open=call.is_open,
-        can_decide=actor.can("reviewer") and call.is_open,
-        approvals=views.current_approvals(call, decisions or []),
+        options=_options(actor, call, facts),
     )
 
 
@@ -146,13 +162,15 @@ async def inbox(
         limit=PAGE_SIZE,
     )
     counts = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
+    facts = await context.store.review_facts([call.id for call in page.items])
     shown = _set_filters(filters)
     return _page(
         request,
         "inbox.html",
         {
             "filters": filters,
-            "rows": [await _row(context, actor, call) for call in page.items],
+            "rows": [await _row(context, actor, call, facts.get(call.id)) for call in page.items],
+            "may_decide": reviewer_refusal(actor, approving=False) is None,
             "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING],
             "total": sum(counts.values()),
             "statuses": views.CALL_STATUSES,
@@ -179,13 +197,14 @@ class Card:
     raw_json: str
     digest: str
     decisions: list[DecisionRow]
-    approvals: list[str]
-    is_open: bool
-    can_decide: bool
-    can_approve: bool
+    options: CallOptions
+    """What the viewer may do with the call, and why not (`approvals.calls.options`)."""
     can_edit: bool
-    approve_note: str | None
+    """The viewer may edit, and the tool is known here, so the edit form can be built and checked."""
     expiring_soon: bool
+    outcome_unknown: bool
+    waiting_for_run: bool
+    """Approved: the run has yet to act on it."""
     model_args_json: str | None = None
     """The model's own arguments, shown when a reviewer's edit replaced them."""
     form_errors: list[str] = field(default_factory=list)
@@ -211,23 +230,15 @@ async def _card(
     """Everything a card shows; `errors` and `submitted` put a refused edit back in its form."""
     definition = await _definition(context, call.tool_version)
     decisions = await context.store.decisions_for(call.id)
-    run = await context.store.get_run(call.run_id)
+    options = _options(actor, call, (await context.store.review_facts([call.id])).get(call.id))
     args = call.current_args
     fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
     )
-    approvals = views.current_approvals(call, decisions)
-    is_open = call.is_open
-    can_decide = is_open and actor.can("reviewer")
-    note = None
-    if can_decide and run.started_by == actor.id:
-        note = "You started this run, so another reviewer must approve its calls."
-    elif can_decide and actor.id in approvals:
-        note = f"You approved these arguments; {call.approvals_required - len(approvals)} more approval(s) needed."
     try:
-        can_edit = call.tool_name in context.registry.get(call.agent_name).agent.tools
+        tool_known = call.tool_name in context.registry.get(call.agent_name).agent.tools
     except NotFound:
-        can_edit = False
+        tool_known = False
     return Card(
         call=call,
         description=definition.description,
@@ -235,13 +246,11 @@ async def _card(
         raw_json=json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True),
         digest=call.current_digest,
         decisions=decisions,
-        approvals=approvals,
-        is_open=is_open,
-        can_decide=can_decide,
-        can_approve=can_decide and note is None,
-        can_edit=can_decide and note is None and can_edit,
-        approve_note=note,
+        options=options,
+        can_edit=options.may_edit and tool_known,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
+        outcome_unknown=call.status == CallStatus.OUTCOME_UNKNOWN,
+        waiting_for_run=call.status == CallStatus.APPROVED,
         model_args_json=json.dumps(call.args, indent=2, ensure_ascii=False, sort_keys=True)
         if call.override_args is not None
         else None,
@@ -282,7 +291,7 @@ async def _widget(
     """The card (or inbox row) after a decision or a refused one; a whole page without htmx."""
     call = await context.store.get_call(call_id)
     if view == "row" and _is_htmx(request):
-        row = await _row(context, actor, call, await context.store.decisions_for(call_id))
+        row = await _row(context, actor, call, (await context.store.review_facts([call_id])).get(call_id))
         row.message = state.get("message")
         return _page(request, "inbox.html", {"row": row}, block="row", status=status)
     card = await _card(context, actor, call, **state)
@@ -317,6 +326,9 @@ async def _decide(
         return await _widget(request, context, actor, call_id, view, status=422, errors=exc.errors, **state)
     except Forbidden as exc:
         return await _widget(request, context, actor, call_id, view, status=403, message=str(exc), **state)
+    except UserError as exc:  # the verdict itself is refused: a denial without a reason
+        hint = {"reason_error": "Write why you deny this call."} if isinstance(verdict, Deny) else {}
+        return await _widget(request, context, actor, call_id, view, status=422, message=f"{exc}.", **state, **hint)
     if not _is_htmx(request):
         return _see_other("/" if view == "row" else f"/calls/{call_id}")
     return await _widget(request, context, actor, call_id, view, message=None)
@@ -343,18 +355,6 @@ async def deny(
     reason: Annotated[str, Form()] = "",
     view: Annotated[View, Form()] = "card",
 ) -> Response:
-    if not reason.strip():
-        return await _widget(
-            request,
-            context,
-            actor,
-            call_id,
-            view,
-            status=422,
-            message="A denial needs a reason: the model reads it.",
-            open_form="deny",
-            reason_error="Write why you deny this call.",
-        )
     return await _decide(
         request, context, actor, call_id, Deny(reason=reason.strip()), view, open_form="deny", reason=reason
     )
@@ -374,7 +374,7 @@ async def edit(
     args, problems = forms.args_from_form(schema, submitted)
     if problems:  # unreadable input: show it with whatever else the validator finds; nothing is saved
         try:
-            context.service.validate_edit(call, args)
+            await context.service.validate_edit(call, args)
         except InvalidEdit as exc:
             problems += [e for e in exc.errors if e[0] not in {loc for loc, _ in problems}]
         return await _widget(request, context, actor, call_id, "card", status=422, errors=problems, submitted=submitted)
@@ -454,7 +454,8 @@ async def _run_page(
             "waiting": [c for c in calls if c.is_open],
             "output": views.as_text(run.output) if run.output is not None else None,
             "asked_nobody": run.status == RunStatus.COMPLETED and not calls,
-            "can_cancel": actor.can("admin") and run.status not in FINAL_RUN_STATUSES,
+            "options": run_options(run.status, actor),
+            "cancelled": run.status == RunStatus.CANCELLED,
             "message": message,
         },
         block="run",

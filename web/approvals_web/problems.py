@@ -13,6 +13,7 @@ from approvals.exceptions import (
     ApprovalsError,
     Conflict,
     Forbidden,
+    InvalidArguments,
     InvalidDeferredResults,
     InvalidEdit,
     NotFound,
@@ -26,6 +27,7 @@ _STATUS: list[tuple[type[ApprovalsError], int, str]] = [
     (Conflict, 409, "Conflict"),
     (Forbidden, 403, "Forbidden"),
     (InvalidEdit, 422, "Invalid edited arguments"),
+    (InvalidArguments, 422, "Invalid arguments"),
     (InvalidDeferredResults, 409, "Decisions do not fit the run"),
     (UserError, 400, "Bad Request"),
 ]
@@ -46,7 +48,7 @@ def status_for(exc: ApprovalsError) -> tuple[int, str]:
 def approvals_error_problem(exc: ApprovalsError) -> JSONResponse:
     status, title = status_for(exc)
     extra: dict[str, Any] = {}
-    if isinstance(exc, InvalidEdit):
+    if isinstance(exc, InvalidArguments):
         extra["errors"] = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
     if isinstance(exc, Conflict):
         extra.update({k: v for k, v in (("status_now", exc.status), ("decided_by", exc.decided_by)) if v})

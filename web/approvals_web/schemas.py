@@ -202,6 +202,11 @@ class RunOut(FromRow):
 
     id: str
     agent: str = Field(validation_alias="agent_name")
+    """The agent, or for a gate the source that asks."""
+    engine: str
+    """Who continues the run once its calls are decided: a resumable engine's worker, or a gate's own agent."""
+    session_id: str | None
+    """A gate's session whose calls gather in the run."""
     status: RunStatus
     prompt: str | None
     output: Any
@@ -246,6 +251,8 @@ class CallOut(FromRow):
     status: CallStatus
     reason: str | None
     """Why the tool asked for approval, when it said."""
+    context: Any
+    """What the caller said about the call's circumstances (a gate's working directory, requester, ...)."""
     approvals_required: int
     expires_at: dt.datetime | None
     verdict: str | None

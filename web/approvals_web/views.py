@@ -1,18 +1,18 @@
 """What lists and pages show about calls and runs, worked out in Python so templates only display it.
 
-Badges, verdicts in words, one-line summaries and who has approved so far. The schema-driven
-edit form lives in `approvals_web.forms` and the run's conversation in `approvals_web.timeline`. Nothing here
-touches the database or the request.
+Badges, verdicts in words and one-line summaries. What a viewer may do with a call or a run
+is `approvals.calls.options`, the schema-driven edit form `approvals_web.forms` and the run's
+conversation `approvals_web.timeline`. Nothing here touches the database or the request.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.models import ToolCallRow
 from approvals.store.states import CallStatus, RunStatus
 
 _STATUS_TONE: dict[str, str] = {
@@ -94,9 +94,3 @@ def expiring_soon(call: ToolCallRow, seconds: int, now: dt.datetime | None = Non
         return False
     now = now or dt.datetime.now(dt.UTC)
     return (call.expires_at - now).total_seconds() <= seconds
-
-
-def current_approvals(call: ToolCallRow, decisions: Sequence[DecisionRow]) -> list[str]:
-    """Who approved the arguments as they stand now (the quorum count), oldest first."""
-    standing = (d.actor for d in decisions if d.is_standing and d.args_digest == call.current_digest)
-    return list(dict.fromkeys(standing))

@@ -1,0 +1,221 @@
+"""What an actor may do with a call or a run: the rules, the one copy, as pure functions of plain facts.
+
+`call_options` answers for one actor and one call: may they approve (or edit), deny, answer,
+and if not, why. The store's verdict check (`store.verdicts.check_verdict` and
+`_check_decidable`) refuses by these answers, with its own errors; the reviewer's pages
+show buttons by them, with `why_not_approve` / `why_not_decide` as the sentence to show.
+`run_options` does the same for what an admin may do with a run (cancel, retry).
+
+Nothing here reads a database: the facts are the call's status, the digest of its current
+arguments, its quorum, who started its run and who holds standing approvals of what
+(`DecisionRow.is_standing`). The rules, in the order they refuse:
+
+1. deciding takes the reviewer role (`reviewer_refusal`);
+2. approving takes a person: a service token belongs to nobody, so its approval would count for nobody;
+3. only an open call takes a verdict (`OPEN_CALL_STATUSES`);
+4. the person who started a run may not approve its calls (they may deny or answer them);
+5. a reviewer holds at most one standing approval of the same arguments: a quorum takes different people.
+
+An edit is an approval of other arguments, so it follows the approval's rules. A denial
+needs a reason; that is a check of the verdict itself (`check_verdict`), not of who may
+do what, and `CallOptions.denial_needs_reason` tells a form so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
+
+from ..store.states import FINAL_RUN_STATUSES, OPEN_CALL_STATUSES, CallStatus, RunStatus
+
+if TYPE_CHECKING:
+    from ..store._base import Actor
+
+__all__ = (
+    "NO_APPROVALS",
+    "CallOptions",
+    "CallRefusal",
+    "RunOptions",
+    "RunRefusal",
+    "call_options",
+    "reviewer_refusal",
+    "run_options",
+)
+
+
+class CallRefusal(StrEnum):
+    """Why an actor may not give a call a verdict; the store turns each into its error, a page into a sentence."""
+
+    NOT_REVIEWER = "not_reviewer"
+    """Deciding calls takes the reviewer role."""
+    NOT_A_PERSON = "not_a_person"
+    """Approvals come from people, not from service tokens."""
+    NOT_OPEN = "not_open"
+    """The call no longer waits for a decision."""
+    OWN_RUN = "own_run"
+    """The actor started the call's run: another reviewer approves its calls."""
+    ALREADY_APPROVED = "already_approved"
+    """The actor holds a standing approval of the call's current arguments: a quorum takes different people."""
+
+
+class RunRefusal(StrEnum):
+    """Why an actor may not cancel or retry a run."""
+
+    NOT_ADMIN = "not_admin"
+    """Cancelling and retrying runs takes the admin role."""
+    ENDED = "ended"
+    """The run ended (`FINAL_RUN_STATUSES`): nothing cancels it."""
+    NOT_FAILED = "not_failed"
+    """Only a failed run can be retried."""
+
+
+NO_APPROVALS: Mapping[str, Collection[str]] = MappingProxyType({})
+"""No standing approvals of any arguments."""
+
+
+def reviewer_refusal(actor: Actor, *, approving: bool) -> CallRefusal | None:
+    """Rules 1 and 2, which need no call: whether the actor may decide calls at all, and approve them."""
+    if not actor.can("reviewer"):
+        return CallRefusal.NOT_REVIEWER
+    if approving and not actor.person:
+        return CallRefusal.NOT_A_PERSON
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """What one actor may do with one call now, and why not."""
+
+    open: bool
+    """The call waits for a decision (pending, or its outcome unknown)."""
+    decide_refusal: CallRefusal | None
+    """Why the actor may not deny or answer the call; None: they may."""
+    approve_refusal: CallRefusal | None
+    """Why the actor may not approve (or edit and approve) the call; None: they may."""
+    approvals: int
+    """Standing approvals of the current arguments: the quorum's count so far."""
+    approvals_required: int
+    already_approved: bool
+    """The actor holds a standing approval of the current arguments."""
+
+    denial_needs_reason: ClassVar[bool] = True
+    """A denial is refused without a reason (the model reads it); forms mark the field required."""
+
+    @property
+    def may_decide(self) -> bool:
+        """Whether the actor may give the call any verdict."""
+        return self.decide_refusal is None
+
+    @property
+    def may_approve(self) -> bool:
+        return self.approve_refusal is None
+
+    @property
+    def may_edit(self) -> bool:
+        """An edit approves other arguments, so it takes what an approval takes."""
+        return self.approve_refusal is None
+
+    @property
+    def may_deny(self) -> bool:
+        return self.decide_refusal is None
+
+    @property
+    def may_answer(self) -> bool:
+        return self.decide_refusal is None
+
+    @property
+    def counts_approvals(self) -> bool:
+        """Whether a quorum's progress ("1 of 2 approvals") is worth showing: an open call that needs several."""
+        return self.open and self.approvals_required > 1
+
+    @property
+    def approvals_missing(self) -> int:
+        return max(self.approvals_required - self.approvals, 0)
+
+    @property
+    def why_not_approve(self) -> str | None:
+        """Why the actor may not approve, as a sentence to show them; None when they may."""
+        return _sentence(self.approve_refusal, self.approvals_missing)
+
+    @property
+    def why_not_decide(self) -> str | None:
+        """Why the actor may not decide the call at all, as a sentence to show them; None when they may."""
+        return _sentence(self.decide_refusal, self.approvals_missing)
+
+
+def call_options(
+    actor: Actor,
+    status: CallStatus,
+    *,
+    started_by: str | None,
+    approvals_required: int = 1,
+    digest: str = "",
+    standing: Mapping[str, Collection[str]] = NO_APPROVALS,
+) -> CallOptions:
+    """What `actor` may do with a call in `status`, of a run `started_by`, by the rules above.
+
+    `digest` is the digest of the call's current arguments and `standing` who holds a standing
+    approval, by the digest they approved; without them rule 5 is not applied (the store
+    applies it to the arguments an approval names, once it has read them).
+    """
+    is_open = status in OPEN_CALL_STATUSES
+    approvers = standing.get(digest, ())
+    already = actor.id in approvers
+    decide = reviewer_refusal(actor, approving=False)
+    approve = reviewer_refusal(actor, approving=True)
+    if not is_open:
+        decide = decide or CallRefusal.NOT_OPEN
+        approve = approve or CallRefusal.NOT_OPEN
+    elif approve is None:
+        if started_by == actor.id:
+            approve = CallRefusal.OWN_RUN
+        elif already:
+            approve = CallRefusal.ALREADY_APPROVED
+    return CallOptions(is_open, decide, approve, len(approvers), approvals_required, already)
+
+
+def _sentence(refusal: CallRefusal | None, missing: int) -> str | None:
+    if refusal is None:
+        return None
+    if refusal is CallRefusal.ALREADY_APPROVED:
+        return f"You approved these arguments; {missing} more approval(s) needed."
+    return _SENTENCES[refusal]
+
+
+_SENTENCES: dict[CallRefusal, str] = {
+    CallRefusal.NOT_REVIEWER: "You can read this call; deciding needs the reviewer role.",
+    CallRefusal.NOT_A_PERSON: "A service token may not approve: approvals come from people.",
+    CallRefusal.NOT_OPEN: "This call no longer waits for a decision.",
+    CallRefusal.OWN_RUN: "You started this run, so another reviewer must approve its calls.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What one actor may do with one run now, and why not."""
+
+    cancel_refusal: RunRefusal | None
+    """Why the actor may not cancel the run; None: they may."""
+    retry_refusal: RunRefusal | None
+    """Why the actor may not send the run back to the workers; None: they may."""
+
+    @property
+    def may_cancel(self) -> bool:
+        return self.cancel_refusal is None
+
+    @property
+    def may_retry(self) -> bool:
+        return self.retry_refusal is None
+
+
+def run_options(status: RunStatus, actor: Actor) -> RunOptions:
+    """What `actor` may do with a run in `status`: an admin cancels a run that has not ended, retries a failed one."""
+    if not actor.can("admin"):
+        return RunOptions(RunRefusal.NOT_ADMIN, RunRefusal.NOT_ADMIN)
+    return RunOptions(
+        RunRefusal.ENDED if status in FINAL_RUN_STATUSES else None,
+        None if status == RunStatus.FAILED else RunRefusal.NOT_FAILED,
+    )

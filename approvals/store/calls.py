@@ -1,0 +1,195 @@
+"""The call lifecycle for agents that run elsewhere: request a decision, wait for it, settle the call.
+
+A gate's calls are not tied to a worker's lease: each of these is one transaction on its
+own. A session's calls gather in one run of the source that asks (its id derived from the
+engine, source and session), created by the session's first request. The decision itself
+is `DecisionOps.decide`, the same for every engine and channel.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, cast
+
+import anyio
+from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from ..calls.requests import ValidatedRequest
+from ..engines.base import EngineKind, get_engine
+from ..exceptions import Conflict, Forbidden, NotFound, UserError
+from ._base import Actor
+from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
+from ._run_writes import CONSUME_APPROVALS, Tx, insert_tool_definitions
+from ._writes import tool_definition_row, utcnow
+from .audit import call_event, run_event
+from .decisions import DecisionOps
+from .models import RunRow, ToolCallRow
+from .notify import PENDING_CHANNEL, RUNS_CHANNEL
+from .queries import Queries
+from .states import FINAL_RUN_STATUSES, CallStatus, RunStatus
+
+__all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
+
+CALLS = cast(Table, ToolCallRow.__table__)
+SETTLED_OUTCOMES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
+"""What a caller may report of an approved call it ran: its outcome, or that it cannot tell."""
+_WAKE_UP_EVERY = 1.0
+"""Longest wait between looks at a call while waiting, should a wake-up be missed."""
+
+_SESSION_RUN = (
+    select(RunRow.engine, RunRow.agent_name, RunRow.status).where(RunRow.id == bindparam("run_id")).with_for_update()
+)
+_CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
+
+
+def session_run_id(engine: str, source: str, session_id: str) -> str:
+    """The run a gate session's calls gather in: the same for every request of the session, in any process."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"approvals:{engine}:{source}:{session_id}").hex
+
+
+class CallOps(DecisionOps, Queries):
+    """Requesting, waiting for and settling calls of agents that run elsewhere."""
+
+    async def request_call(self, validated: ValidatedRequest, *, actor: Actor) -> tuple[ToolCallRow, bool]:
+        """Store a call waiting for people, in its session's run; returns the call and whether it is new.
+
+        The same `tool_call_id` in the same session is the same call: asked again, it is
+        returned as it stands (decided or not), never stored twice; asked again with other
+        arguments, it is a `Conflict`.
+        """
+        if not actor.can("reviewer"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not request calls")
+        if get_engine(validated.request.engine).kind is not EngineKind.GATE:
+            raise UserError(f"Engine {validated.request.engine!r} is not a gate: its runs pause through its worker")
+        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, utcnow()))
+
+    async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
+        """The call once it no longer waits for people, or as it stands after `seconds`.
+
+        Returns at once for a decided call. A pending call past its time to decide is
+        expired here, so a waiting caller hears of it without a worker running.
+        """
+        async with self.notifier.listen(PENDING_CHANNEL) as changes:
+            with anyio.move_on_after(seconds):
+                while (call := await self.get_call(call_id)).status == CallStatus.PENDING:
+                    if call.expires_at is not None and call.expires_at <= utcnow():
+                        await self.expire()
+                        continue
+                    wait = _WAKE_UP_EVERY
+                    if call.expires_at is not None:
+                        wait = min(wait, max((call.expires_at - utcnow()).total_seconds(), 0.0) + 0.01)
+                    with anyio.move_on_after(wait):
+                        while await changes.receive() not in (call.run_id, ""):
+                            pass
+        return await self.get_call(call_id)
+
+    async def settle_call(self, call_id: str, outcome: CallStatus, result: Any = None, *, actor: Actor) -> ToolCallRow:
+        """The caller ran an approved call: record how it went (`SETTLED_OUTCOMES`) and its result.
+
+        Only the one who asked (the session's requester) or an admin may settle; a call that
+        was not approved, or was settled already, is a `Conflict`.
+        """
+        if outcome not in SETTLED_OUTCOMES:
+            raise UserError(f"A call's outcome is one of {', '.join(SETTLED_OUTCOMES)}, not {outcome!r}")
+        return await self.run_statements(lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow()))
+
+
+def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime) -> tuple[ToolCallRow, bool]:
+    request = validated.request
+    run_id = session_run_id(request.engine, request.source, request.session_id)
+    dialect = tx.session.dialect.name
+    insert_run = (pg_insert if dialect == "postgresql" else sqlite_insert)(RunRow).on_conflict_do_nothing()
+    created = tx.session.execute(
+        insert_run.returning(RunRow.id),
+        {
+            "id": run_id,
+            "agent_name": request.source,
+            "engine": request.engine,
+            "session_id": request.session_id,
+            "status": RunStatus.RUNNING,
+            "started_by": actor_id,
+            "message_count": 0,
+            "created_at": now,
+            "updated_at": now,
+        },
+    ).one_or_none()
+    run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()
+    assert run is not None  # inserted above, or there before
+    if created is not None:
+        details = {"engine": request.engine, "session_id": request.session_id}
+        tx.record(run_event(actor_id, "run.started", run_id, request.source, details, at=now))
+    elif run.status in FINAL_RUN_STATUSES:
+        raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
+    existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
+    found = existing.mappings().one_or_none()
+    if found is not None:
+        call = loaded_call(dict(found))
+        if call.args_digest != validated.args_digest or call.tool_name != request.tool_name:
+            raise Conflict(
+                f"Call {request.tool_call_id!r} of session {request.session_id!r} was asked for with other "
+                "arguments; a new call needs a new tool_call_id",
+                status=call.status,
+            )
+        return call, False
+    tx.session.execute(insert_tool_definitions(dialect), [tool_definition_row(validated.definition, now)])
+    row = {
+        "id": uuid.uuid4().hex,
+        "run_id": run_id,
+        "tool_call_id": request.tool_call_id,
+        "agent_name": request.source,
+        "tool_name": request.tool_name,
+        "tool_version": validated.definition.version,
+        "args": validated.args,
+        "args_digest": validated.args_digest,
+        "status": CallStatus.PENDING,
+        "reason": request.reason,
+        "context": dict(request.context) if request.context is not None else None,
+        "approvals_required": request.approvals_required,
+        "idempotent": False,
+        "expires_at": request.expires_at(now),
+        "created_at": now,
+        "updated_at": now,
+    }
+    tx.session.execute(CALLS.insert(), row)
+    call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
+    tx.record(
+        call_event(actor_id, "call.requested", call, {"args": call.args, "args_digest": call.args_digest}, at=now)
+    )
+    if run.status == RunStatus.RUNNING:
+        tx.session.execute(
+            update(RunRow).where(RunRow.id == run_id).values(status=RunStatus.AWAITING_APPROVAL, updated_at=now)
+        )
+        waiting = {"waiting_for": [request.tool_call_id]}
+        tx.record(run_event(actor_id, "run.paused", run_id, request.source, waiting, at=now))
+    tx.announce(PENDING_CHANNEL, run_id)
+    tx.announce(RUNS_CHANNEL, run_id)
+    return call, True
+
+
+def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor, now: dt.datetime) -> ToolCallRow:
+    run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
+    found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
+    if run is None or found is None:
+        raise NotFound(f"No call {call_id!r}")
+    fields = dict(found)
+    fields.pop("others_open")
+    call = loaded_call(fields)
+    if get_engine(run["engine"]).kind is not EngineKind.GATE:
+        raise UserError(f"Call {call_id!r} belongs to a run our worker continues; it settles its calls itself")
+    if actor.id != run["started_by"] and not actor.can("admin"):
+        raise Forbidden(f"{actor.id!r} did not ask for call {call_id!r} and may not settle it")
+    if call.status not in (CallStatus.APPROVED, CallStatus.EXECUTING):
+        raise Conflict(f"Call {call_id!r} is {call.status}: only an approved call is settled", status=call.status)
+    if call.status == CallStatus.APPROVED:
+        tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
+    tx.session.execute(
+        update(ToolCallRow).where(ToolCallRow.id == call.id).values(status=outcome, result=result, updated_at=now)
+    )
+    call.status, call.result, call.updated_at = outcome, result, now
+    tx.record(call_event(actor.id, f"call.{outcome}", call, {"result": result}, at=now))
+    tx.announce(PENDING_CHANNEL, call.run_id)
+    tx.announce(RUNS_CHANNEL, call.run_id)
+    return call

@@ -7,6 +7,7 @@ a traceback: a wrong database URL, an agent path that does not import, a port in
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import socket
@@ -19,6 +20,7 @@ import anyio
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from .channels.webhooks import deliver_webhooks
 from .exceptions import ApprovalsError
 from .resumer import (
     DEFAULT_LEASE_SECONDS,
@@ -30,6 +32,7 @@ from .resumer import (
 from .security import new_password
 from .store import SYSTEM, TOKEN_SCOPES, Database, Store
 from .store.migrate import current_revision, head_revision, upgrade
+from .supervise import Supervisor
 
 T = TypeVar("T")
 
@@ -199,17 +202,39 @@ def worker(
     agents = ", ".join(registry.names)
     show_logs()
     typer.echo(f"approvals worker: agents {agents}; up to {concurrency} runs at once; waiting for ready runs")
-    with_store(
-        settings.database_url,
-        lambda store: run_worker(
+    urls = list(dict.fromkeys(settings.webhook_urls))
+    if urls:
+        typer.echo(f"approvals worker: delivering webhooks to {len(urls)} URL(s), shared with any other process")
+
+    async def work(store: Store) -> None:
+        stop = anyio.Event()  # set on SIGTERM/SIGINT by run_worker: the deliverer stops with it
+        resume = functools.partial(
+            run_worker,
             store,
             registry,
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_interval=poll_interval,
+            stop=stop,
             handle_signals=True,
-        ),
-    )
+        )
+        if not urls:
+            return await resume()
+        error: Exception | None = None
+        async with anyio.create_task_group() as group:  # one lease per URL: safe beside `serve` and other workers
+            Supervisor(group, stop).start(
+                "webhooks", lambda: deliver_webhooks(store, urls, stop, secret_for=settings.secret_for_webhook)
+            )
+            try:
+                await resume()
+            except Exception as exc:  # raised below as itself (one clear line), not in an exception group
+                error = exc
+            finally:
+                stop.set()  # the deliverer hands its URLs back, then the group ends
+        if error is not None:
+            raise error
+
+    with_store(settings.database_url, work)
 
 
 @db_app.command("upgrade")

@@ -1,11 +1,14 @@
-"""Webhook delivery cursors: how far each endpoint got through the audit log, and who delivers to it.
+"""Delivery cursors: how far each destination got through the audit log, and who delivers to it.
 
 The audit log is the outbox. Every state change writes its audit events in its own
-transaction and appends commit in id order, so an endpoint's whole delivery state is one
-number, the id of the last event it got (`webhook_cursors.last_event_id`). A new endpoint
-starts at the log's head; from then on nothing is lost, whatever restarts in between.
+transaction and appends commit in id order, so a destination's whole delivery state is one
+number, the id of the last event it got (`webhook_cursors.last_event_id`). A new
+destination starts at the log's head; from then on nothing is lost, whatever restarts in
+between. The table is named for webhooks, its first channel, but serves every channel of
+`approvals.worker.deliverer`: `endpoint` is the channel's destination id (a webhook URL's
+SHA-256, say, or "slack:<channel>").
 
-One process at a time delivers to an endpoint: the one holding the cursor row's lease
+One process at a time delivers to a destination: the one holding the cursor row's lease
 (`lease_owner` until `lease_expires_at`), which it renews while it delivers and hands back
 when it stops; when a holder dies, another takes over once the lease expires. Every write
 of the holder is guarded by owner and cursor, so a process that lost its lease gets
@@ -16,6 +19,7 @@ time, like the runs' leases: the processes' clocks must roughly agree.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,13 +35,15 @@ from .models import AuditEventRow, WebhookCursorRow
 __all__ = ("WEBHOOKS_CHANNEL", "CursorLease", "WebhookCursors")
 
 WEBHOOKS_CHANNEL = "approvals_webhooks"
-"""A deliverer handed an endpoint back; payload: the endpoint. Wakes the processes waiting to take over."""
+"""A deliverer handed a destination back (any channel, despite the name); payload: its id.
+
+Wakes the processes waiting to take over."""
 _MAX_ERROR = 2_000
 
 
 @dataclass(frozen=True)
 class CursorLease:
-    """An endpoint's cursor as its lease holder last wrote it."""
+    """A destination's cursor as its lease holder last wrote it."""
 
     endpoint: str
     owner: str
@@ -51,14 +57,14 @@ class CursorLease:
 
 
 class WebhookCursors:
-    """The `webhook_cursors` table's operations; each is one short transaction."""
+    """The `webhook_cursors` table's operations, for every channel; each is one short transaction."""
 
     def __init__(self, store: StoreBase, *, lease_seconds: float = 30.0) -> None:
         self.store = store
         self.lease_seconds = lease_seconds
 
     async def open(self, endpoint: str, site: str) -> None:
-        """Give the endpoint a cursor at the log's head unless it has one: events before it existed are not sent.
+        """Give the destination a cursor at the log's head unless it has one: events before it existed are not sent.
 
         Two processes opening it at once both try to insert; the second's insert does nothing.
         """
@@ -80,7 +86,7 @@ class WebhookCursors:
             await tx.session.execute(insert(WebhookCursorRow).values(values).on_conflict_do_nothing())
 
     async def take(self, endpoint: str, owner: str) -> CursorLease | None:
-        """Lease the endpoint when nobody holds it (or its holder's lease expired); None while another holds it."""
+        """Lease the destination when nobody holds it (or its holder's lease expired); None while another holds it."""
         now = utcnow()
         async with self.store.db.read() as session:
             held = (
@@ -91,7 +97,7 @@ class WebhookCursors:
                 )
             ).one_or_none()
         if held is None:
-            raise LeaseLost(f"Webhook endpoint {endpoint[:12]} has no cursor")
+            raise LeaseLost(f"Destination {endpoint[:12]} has no cursor")
         holder, expires_at = held
         if holder is not None and holder != owner and expires_at is not None and expires_at >= now:
             return None  # looked first, so waiting processes do not take SQLite's write lock every few seconds
@@ -117,11 +123,11 @@ class WebhookCursors:
         return CursorLease(endpoint, owner, row.last_event_id, row.failures, until)
 
     async def renew(self, lease: CursorLease) -> CursorLease:
-        """Extend the lease; `LeaseLost` when another process took the endpoint over."""
+        """Extend the lease; `LeaseLost` when another process took the destination over."""
         return await self._write(lease, lease.last_event_id)
 
     async def advance(self, lease: CursorLease, to_id: int) -> CursorLease:
-        """Move the cursor to `to_id`: everything up to it was delivered or is no webhook event."""
+        """Move the cursor to `to_id`: everything up to it was delivered or is not for this destination."""
         return await self._write(lease, to_id, failures=0)
 
     async def failed(self, lease: CursorLease, problem: str) -> CursorLease:
@@ -135,9 +141,12 @@ class WebhookCursors:
         )
 
     async def refused(
-        self, lease: CursorLease, event: AuditEventRow, name: str, site: str, problem: str
+        self, lease: CursorLease, event: AuditEventRow, name: str, site: str, problem: str, *, kind: str = "webhook"
     ) -> CursorLease:
-        """The receiver refused `event` for good: move past it, and record that in the cursor and the audit log."""
+        """The receiver refused `event` for good: move past it, and record that in the cursor and the audit log.
+
+        The audit event is `{kind}.refused`, with the destination as its subject.
+        """
         details = {"event": name, "event_id": event.id, "site": site, "problem": problem}
         return await self._write(
             lease,
@@ -145,11 +154,11 @@ class WebhookCursors:
             failures=0,
             last_error=f"event {event.id} ({name}) refused: {problem}"[:_MAX_ERROR],
             last_error_at=utcnow(),
-            refusal=(event, details),
+            refusal=(event, kind, details),
         )
 
     async def release(self, lease: CursorLease) -> None:
-        """Hand the endpoint back (when stopping) and wake the processes waiting to take it over."""
+        """Hand the destination back (when stopping) and wake the processes waiting to take it over."""
         async with self.store.transaction() as tx:
             released = await tx.session.scalar(
                 update(WebhookCursorRow)
@@ -161,12 +170,14 @@ class WebhookCursors:
                 tx.announce(WEBHOOKS_CHANNEL, lease.endpoint)
 
     async def get(self, endpoint: str) -> WebhookCursorRow | None:
-        """The endpoint's cursor row, for inspection."""
+        """The destination's cursor row, for inspection."""
         async with self.store.db.read() as session:
             return await session.get(WebhookCursorRow, endpoint)
 
-    async def events_after(self, last_id: int, actions: list[str], *, limit: int) -> tuple[list[AuditEventRow], int]:
-        """Up to `limit` events with these actions after `last_id`, and the id up to which the log was read.
+    async def events_after(
+        self, last_id: int, actions: Collection[str] | None, *, limit: int
+    ) -> tuple[list[AuditEventRow], int]:
+        """Up to `limit` events with these actions (None: any) after `last_id`, and the id up to which the log was read.
 
         The head is read first: ids commit in order, so every event up to it is visible to the
         next query, and the cursor may move to it when fewer than `limit` events came back.
@@ -175,16 +186,10 @@ class WebhookCursors:
             head = await session.scalar(select(func.max(AuditEventRow.id))) or 0
             if head <= last_id:
                 return [], last_id
-            rows = list(
-                (
-                    await session.scalars(
-                        select(AuditEventRow)
-                        .where(AuditEventRow.id > last_id, AuditEventRow.id <= head, AuditEventRow.action.in_(actions))
-                        .order_by(AuditEventRow.id)
-                        .limit(limit)
-                    )
-                ).all()
-            )
+            query = select(AuditEventRow).where(AuditEventRow.id > last_id, AuditEventRow.id <= head)
+            if actions is not None:
+                query = query.where(AuditEventRow.action.in_(list(actions)))
+            rows = list((await session.scalars(query.order_by(AuditEventRow.id).limit(limit))).all())
         return rows, (rows[-1].id if len(rows) == limit else head)
 
     async def _write(
@@ -192,7 +197,7 @@ class WebhookCursors:
         lease: CursorLease,
         to_id: int,
         *,
-        refusal: tuple[AuditEventRow, dict[str, Any]] | None = None,
+        refusal: tuple[AuditEventRow, str, dict[str, Any]] | None = None,
         **values: Any,
     ) -> CursorLease:
         """Guarded by owner and cursor: nothing moves unless this lease still holds the cursor where it left it."""
@@ -212,13 +217,13 @@ class WebhookCursors:
                 )
             ).one_or_none()
             if row is None:
-                raise LeaseLost(f"{lease.owner!r} no longer delivers to webhook endpoint {lease.endpoint[:12]}")
+                raise LeaseLost(f"{lease.owner!r} no longer delivers to destination {lease.endpoint[:12]}")
             if refusal is not None:
-                event, details = refusal
+                event, kind, details = refusal
                 tx.audit(
                     SYSTEM_ACTOR_ID,
-                    "webhook.refused",
-                    "webhook",
+                    f"{kind}.refused",
+                    kind,
                     lease.endpoint,
                     run_id=event.run_id,
                     agent_name=event.agent_name,

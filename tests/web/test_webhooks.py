@@ -21,11 +21,13 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
+from approvals.channels.webhooks import endpoint_key
 from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Actor, Approve, Database, Deny, Store
 from approvals.store.models import WebhookCursorRow
@@ -33,7 +35,7 @@ from approvals.store.outbox import WebhookCursors
 from approvals.webhook_signature import verify_webhook
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
-from approvals_web.webhooks import deliver_webhooks, endpoint_key
+from approvals_web.webhooks import deliver_webhooks
 
 from ..processes import free_port, wait_until_answering
 from ..processes import stop as stop_process
@@ -632,3 +634,24 @@ async def test_a_url_with_a_secret_of_its_own_gets_deliveries_signed_with_it(
     delivery = receiver.accepted[0]
     assert not delivery.signed, "not with the shared secret"
     verify_webhook(delivery.body, delivery.headers, "own")
+
+
+async def test_readyz_reports_webhook_delivery_and_a_failing_receiver_leaves_the_app_ready(db_url: str) -> None:
+    with serving(Receiver(statuses=lambda attempt: 503)) as broken:
+        settings = Settings(
+            database_url=db_url, worker=False, secret_key="s", webhook_urls=[broken.url], webhook_secret=SECRET
+        )
+        async with running_app(settings) as app:
+            await eventually_has_cursor(app.state.context.store, broken.url)
+            await failed_run(app.state.context.store, "boom")
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                with anyio.fail_after(30):
+                    while (ready := await client.get("/readyz")).json()["deliverer"]["failing"] != 1:
+                        await anyio.sleep(0.05)
+    assert ready.status_code == 200, ready.text
+    body = ready.json()
+    assert body["status"] == "ready"
+    assert body["deliverer"]["destinations"] == 1 and body["deliverer"]["states"] == {"retrying": 1}
+    assert body["background"]["webhooks"]["state"] == "running"
+    assert "127.0.0.1" not in ready.text and "503" not in ready.text  # no sites, no error texts

@@ -22,6 +22,7 @@ from approvals.service import ApprovalService
 from approvals.store import Database, Store
 from approvals.store.errors import describe, is_transient
 from approvals.supervise import Supervisor
+from approvals.worker import DelivererHealth
 
 from . import api, docs, health, login, pages, problems
 from .auth import LoginRequired
@@ -76,10 +77,12 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
                             health=health,
                         ),
                     )
-                if settings.webhook_urls:
+                app.state.deliverer_health = None
+                if settings.webhook_urls:  # the core's durable deliverer; `approvals worker` runs it too
                     from .webhooks import deliver_webhooks
 
-                    supervisor.start("webhooks", lambda: deliver_webhooks(context, stop))
+                    deliverer_health = app.state.deliverer_health = DelivererHealth()
+                    supervisor.start("webhooks", lambda: deliver_webhooks(context, stop, health=deliverer_health))
                 yield
                 stop.set()
         finally:

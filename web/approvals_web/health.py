@@ -11,9 +11,11 @@ import datetime as dt
 from typing import Any
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+
+from approvals.worker import DelivererHealth
 
 from .auth import ContextDep
 
@@ -32,8 +34,12 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(context: ContextDep) -> JSONResponse:
-    """The database answers, and the worker (when this process runs one) is alive and reaching it."""
+async def readyz(context: ContextDep, request: Request) -> JSONResponse:
+    """The database answers, and the worker (when this process runs one) is alive and reaching it.
+
+    Webhook delivery (when configured) is reported but does not make the app unready: a
+    receiver that is down is no reason to send reviewers elsewhere.
+    """
     database_ok = True
     try:
         with anyio.fail_after(DATABASE_TIMEOUT):
@@ -57,6 +63,9 @@ async def readyz(context: ContextDep) -> JSONResponse:
             "last_claim": _iso(health.last_claim),
         }
         ready = ready and alive
+    deliverer = getattr(request.app.state, "deliverer_health", None)
+    if isinstance(deliverer, DelivererHealth):
+        body["deliverer"] = deliverer.summary()
     body["background"] = {
         name: {"state": task.state, "restarts": task.restarts, "last_failure_at": _iso(task.last_failure_at)}
         for name, task in context.supervisor.tasks.items()

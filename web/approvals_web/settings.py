@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from approvals.channels.webhooks import webhook_site
 from approvals.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
 
@@ -64,9 +64,3 @@ class Settings(BaseSettings):
     """Largest request body accepted; bigger ones get 413 before they are read."""
     expiring_soon_seconds: int = 15 * 60
     """Calls that expire within this many seconds are marked in the inbox."""
-
-
-def webhook_site(url: str) -> str:
-    """Scheme and host only: a webhook URL may carry a token in its path or query."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}"

@@ -25,7 +25,7 @@ export APPROVALS_LLM_SERVER_PYTHON := $(LLM_ENV)/bin/python
 export APPROVALS_LLM_MODEL := $(LLM_MODEL)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help install browser llm-server lint fmt test chaos bench run clean
+.PHONY: help install browser llm-server lint fmt check test chaos bench run clean
 
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -66,6 +66,16 @@ lint: install ## Run ruff and mypy (strict on approvals/ and web/).
 fmt: install ## Format and auto-fix with ruff.
 	$(RUN) ruff format .
 	$(RUN) ruff check --fix .
+
+# The quick tiers: what tests/conftest.py marks none of postgresql, browser, real_model, chaos, slow.
+QUICK_TESTS := not postgresql and not browser and not real_model and not chaos and not slow
+
+# Bytecode is cached (in .venv, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set:
+# compiling every module again costs each Python process the tests start about 5 s.
+check: export PYTHONDONTWRITEBYTECODE :=
+check: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
+check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
+	$(RUN) pytest -n 2 -m "$(QUICK_TESTS)"
 
 test: install browser llm-server lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
 	$(RUN) pytest

@@ -1,12 +1,92 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the markers that split the suite into tiers.
+
+Every test gets its markers here, from where it lives and what it uses, so no test file
+names them:
+
+- `browser`: tests/browser/ (headless Chromium).
+- `real_model`: tests/real_model/, and any test that uses the `llm_server` fixture.
+- `chaos`: tests/chaos/ (worker processes killed with SIGKILL).
+- `postgresql`: a test parametrized on PostgreSQL (`db_url`, `empty_db_url`: a parameter
+  "postgresql"), one that uses `postgres_url`, starts a cluster of its own (calls
+  `own_cluster`, tests/pg_cluster.py), goes through the databases itself (names `BACKENDS` or
+  `PG_SERVER` in its body), or is skipped without PostgreSQL (a `skipif` whose reason says PostgreSQL).
+- `slow`: any other test that takes more than about 5 s by itself (`SLOW`, `SLOW_FIXTURES` below).
+
+`make check` runs what none of these mark; `make test` runs everything.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
+
+from approvals import security
 
 from .llm_server import LocalModelServer, running_server
+
+TESTS = Path(__file__).resolve().parent
+BY_FOLDER = {"browser": "browser", "real_model": "real_model", "chaos": "chaos"}
+"""The first folder under tests/ -> the marker every test in it gets."""
+SLOW = (
+    "tests/test_quickstart.py",  # clones the repository and installs it from scratch
+    "tests/test_cli.py::test_worker_stops_cleanly_on_sigterm",
+    "tests/store/test_resumer.py::test_paused_in_one_process_resumed_in_another",
+    "tests/store/test_resumer.py::test_worker_killed_mid_call_leaves_outcome_unknown_and_never_reruns",
+    "tests/store/test_pydantic_ai_runs.py::test_a_worker_killed_inside_an_approved_call_never_runs_it_again",
+    "tests/store/test_migrations.py::test_each_downgrade_restores_the_schema_before_its_upgrade[postgresql]",
+    "tests/store/test_write_paths_agree.py",  # one test: random write sequences on SQLite and PostgreSQL
+    "tests/store/test_outages.py::test_a_worker_process_outlives_a_postgresql_restart",
+    "tests/web/test_webhooks.py::test_two_served_processes_with_a_restart_deliver_every_event_once_in_order",
+    "tests/web/test_webhooks.py::test_two_app_instances_on_one_database_deliver_each_event_once_in_total[sqlite]",
+    "tests/worker/test_worker_command.py::test_the_worker_delivers_webhooks_and_hands_them_back_when_it_stops",
+)
+"""Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
+SLOW_FIXTURES = {"core_only_venv"}
+"""Fixtures that make any test using them slow (a virtual environment installed from PyPI)."""
+
+
+def _needs_postgresql(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgresql" in callspec.params.values():
+        return True
+    if "postgres_url" in getattr(item, "fixturenames", ()):
+        return True
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    if code is not None and not {"own_cluster", "PG_SERVER", "BACKENDS"}.isdisjoint(code.co_names):
+        return True  # starts a cluster of its own, or goes through the databases itself
+    return any("postgresql" in str(mark.kwargs.get("reason", "")).lower() for mark in item.iter_markers("skipif"))
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    if any(item.nodeid == slow or item.nodeid.startswith((f"{slow}[", f"{slow}::")) for slow in SLOW):
+        return True
+    return not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.resolve()
+        if TESTS in path.parents and (folder := path.relative_to(TESTS).parts[0]) in BY_FOLDER:
+            item.add_marker(BY_FOLDER[folder])
+        if "llm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker("real_model")
+        if _needs_postgresql(item):
+            item.add_marker("postgresql")
+        if _is_slow(item):
+            item.add_marker("slow")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cheap_password_hashes() -> Iterator[None]:
+    """Argon2 at its lowest cost in this process: the library's default takes ~180 ms a hash, and
+    every web test creates seven users. Hashes and checks still go through argon2id; servers the
+    tests start as processes of their own keep the real cost."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(security, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1))
+        yield
 
 
 @pytest.fixture

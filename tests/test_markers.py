@@ -1,0 +1,94 @@
+"""tests/conftest.py gives every test its tier's markers, so `pytest -m browser` (or `make check`'s
+`-m "not ..."`) selects what it says: collected once in a subprocess, on a few modules to stay quick."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import SLOW
+
+ROOT = Path(__file__).resolve().parents[1]
+TIERS = ("postgresql", "browser", "real_model", "chaos", "slow")
+MODULES = [
+    "tests/browser/test_api_docs.py",
+    "tests/browser/test_pydantic_ai_real_model.py",
+    "tests/real_model/test_agent_runs.py",
+    "tests/chaos/test_checks.py",
+    "tests/store/test_hot_path_sql.py",
+    "tests/web/test_health.py",
+    "tests/test_quickstart.py",
+    "tests/test_cli.py",
+    "tests/test_webhook_signature.py",
+]
+# Prints each selected test's tier markers after the real `-m` selection (and --strict-markers) ran.
+COLLECT = f"""
+import json, sys
+import pytest
+
+class Report:
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            marks = sorted(m.name for m in item.iter_markers() if m.name in {TIERS!r})
+            print("MARKS", json.dumps([item.nodeid, marks]))
+
+sys.exit(pytest.main(sys.argv[1:], plugins=[Report()]))
+"""
+
+
+@pytest.fixture(scope="module")
+def marked() -> dict[str, set[str]]:
+    """Node id -> tier markers of the tests in MODULES that `-m "postgresql or browser or ..."` selects."""
+    env = {**os.environ, "APPROVALS_TEST_DATABASES": "sqlite,postgresql"}
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider", "-m", " or ".join(TIERS), *MODULES]
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(line.removeprefix("MARKS ")) for line in done.stdout.splitlines() if line.startswith("MARKS ")]
+    return {nodeid: set(marks) for nodeid, marks in lines}
+
+
+def test_each_tier_is_marked_and_quick_tests_are_not(marked: dict[str, set[str]]) -> None:
+    docs = "tests/browser/test_api_docs.py::test_the_api_docs_render_with_nothing_from_other_sites"
+    assert marked[f"{docs}[sqlite]"] == {"browser"}
+    assert marked[f"{docs}[postgresql]"] == {"browser", "postgresql"}
+    real_in_browser = [n for n in marked if n.startswith("tests/browser/test_pydantic_ai_real_model.py::")]
+    assert real_in_browser and all({"browser", "real_model"} <= marked[n] for n in real_in_browser)  # its fixture's
+    assert marked["tests/real_model/test_agent_runs.py::test_run_sync_three_times_on_one_agent"] == {"real_model"}
+    assert marked["tests/chaos/test_checks.py::test_an_untouched_run_keeps_every_promise[sqlite]"] == {"chaos"}
+
+    health = "tests/web/test_health.py::test_healthz_answers_and_readyz_says_what_is_ready"
+    assert marked[f"{health}[postgresql]"] == {"postgresql"}  # the web fixture's db_url
+    assert f"{health}[sqlite]" not in marked
+    restarts = "tests/web/test_health.py::test_while_postgresql_is_down_clients_get_503_and_readyz_says_not_ready"
+    assert marked[restarts] == {"postgresql"}  # a cluster of its own
+    assert marked["tests/store/test_hot_path_sql.py::test_migrations_install_exactly_the_file"] == {"postgresql"}
+
+    assert marked["tests/test_quickstart.py::test_quick_start_from_a_fresh_clone"] == {"slow"}
+    assert marked["tests/test_cli.py::test_worker_stops_cleanly_on_sigterm"] == {"slow"}
+    assert "tests/test_cli.py::test_db_upgrade_and_current" not in marked
+    assert not [n for n in marked if n.startswith("tests/test_webhook_signature.py::")]
+
+
+def test_browser_is_every_test_in_tests_browser_and_no_other(marked: dict[str, set[str]]) -> None:
+    browser = {n for n, marks in marked.items() if "browser" in marks}
+    assert browser == {n for n in marked if n.startswith("tests/browser/")}
+    assert len([n for n in browser if n.startswith("tests/browser/test_api_docs.py::")]) == 2  # both databases
+
+
+def test_every_slow_entry_names_a_test_that_exists() -> None:
+    """A renamed test must not silently leave the slow tier (and make `make check` slow)."""
+    for entry in SLOW:
+        path, _, rest = entry.partition("::")
+        assert (ROOT / path).is_file(), entry
+        if rest:
+            tree = ast.parse((ROOT / path).read_text())
+            names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            assert rest.split("[", 1)[0] in names, entry

@@ -14,10 +14,6 @@ pipeline waits for its BEGIN and syncs twice more at its end, five round trips i
 from __future__ import annotations
 
 import datetime as dt
-from contextlib import suppress
-from typing import Any
-
-import psycopg
 
 from ..exceptions import NotFound
 from ._base import Actor
@@ -30,7 +26,7 @@ from ._decision_sql import (
     for_psycopg,
     plan_write,
 )
-from ._pg import pooled_connection
+from ._pg import pooled_connection, roll_back
 from .db import Database
 from .models import ToolCallRow
 from .verdicts import Verdict, plan_decision
@@ -39,7 +35,6 @@ __all__ = ("pg_decide",)
 
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
-_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> ToolCallRow:
@@ -68,19 +63,8 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
                 await connection.execute(write.sql, write.params(params))
                 await connection.execute(_COMMIT)
         except BaseException:
-            await _roll_back(connection)
+            await roll_back(connection)
             raise
     for column, value in plan.call_changes.items():
         setattr(facts.call, column, value)
     return facts.call
-
-
-async def _roll_back(connection: psycopg.AsyncConnection[Any]) -> None:
-    """End the transaction of a refused or failed decision, so its connection goes back to the pool.
-
-    A connection this fails on is not idle, and `pooled_connection` discards it.
-    """
-    if connection.broken or connection.info.transaction_status == _IDLE:
-        return
-    with suppress(psycopg.Error):
-        await connection.rollback()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from approvals.store.states import CallStatus
 
 from .agents import shop_agent
 from .conftest import BACKENDS, PG_SERVER, connections_in_use
+from .test_pg_connections import round_trips, traced
 
 pytestmark = [
     pytest.mark.anyio,
@@ -120,24 +121,6 @@ async def test_the_one_write_statement_stores_what_the_statements_one_by_one_sto
     assert len(stored["decisions"]) == 5
 
 
-@asynccontextmanager
-async def traced(db: Database, trace: Path) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """`pooled_connection`, with the messages sent and received written to `trace` (libpq's trace)."""
-    async with pooled_connection(db) as connection:
-        with trace.open("a") as file:
-            connection.pgconn.trace(file.fileno())
-            connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-            try:
-                yield connection
-            finally:
-                connection.pgconn.untrace()
-
-
-def syncs(trace: Path) -> int:
-    """Round trips in `trace`: the Sync messages sent, each answered once the server has run what came before."""
-    return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and "\tSync" in line)
-
-
 async def test_a_decision_takes_two_round_trips(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not store.db.is_postgres:
         pytest.skip("PostgreSQL's decision path")
@@ -145,7 +128,7 @@ async def test_a_decision_takes_two_round_trips(store: Store, tmp_path: Path, mo
     trace = tmp_path / "trace"
     monkeypatch.setattr(_pg_decisions, "pooled_connection", lambda db: traced(db, trace))
     await store.decide(calls["refund"], Approve(), actor=ALICE)
-    assert syncs(trace) == 2
+    assert round_trips(trace) == 2
     assert (await store.get_call(calls["refund"])).status == "approved"
 
 

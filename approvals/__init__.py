@@ -3,9 +3,9 @@
 Tools are plain functions; risky calls pause until a person approves, denies or edits them.
 """
 
-from ._run_context import RunContext
-from .agent import Agent, AgentRunResult
-from .deferred import (
+from .engines.native._run_context import RunContext
+from .engines.native.agent import Agent, AgentRunResult
+from .engines.native.deferred import (
     DeferredToolCall,
     DeferredToolRequests,
     DeferredToolResults,
@@ -13,6 +13,9 @@ from .deferred import (
     ToolApproved,
     ToolDenied,
 )
+from .engines.native.tools import INHERIT, Tool, ToolDefinition, ToolReturn, tool
+from .engines.native.toolsets import FunctionToolset
+from .engines.native.usage import UsageLimits
 from .exceptions import (
     ApprovalRequired,
     ApprovalsError,
@@ -33,9 +36,6 @@ from .exceptions import (
     UsageLimitExceeded,
     UserError,
 )
-from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, tool
-from .toolsets import FunctionToolset
-from .usage import UsageLimits
 
 __all__ = (
     "INHERIT",

@@ -22,17 +22,17 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .channels.webhooks import deliver_webhooks
 from .exceptions import ApprovalsError
-from .resumer import (
+from .security import new_password
+from .store import SYSTEM, TOKEN_SCOPES, Database, Store
+from .store.migrate import current_revision, head_revision, upgrade
+from .worker.resumer import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_WORKER_CONCURRENCY,
     AgentRegistry,
     run_worker,
 )
-from .security import new_password
-from .store import SYSTEM, TOKEN_SCOPES, Database, Store
-from .store.migrate import current_revision, head_revision, upgrade
-from .supervise import Supervisor
+from .worker.supervise import Supervisor
 
 T = TypeVar("T")
 

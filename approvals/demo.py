@@ -21,8 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .agent import Agent
-from .messages import (
+from .engines.native.agent import Agent
+from .engines.native.messages import (
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -31,7 +31,7 @@ from .messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from .models import AgentInfo, FunctionModel, Model, ModelSettings, infer_model
+from .engines.native.models import AgentInfo, FunctionModel, Model, ModelSettings, infer_model
 
 __all__ = ("DEMO_PROMPTS", "demo_agent", "demo_model")
 

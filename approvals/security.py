@@ -14,7 +14,7 @@ from anyio.lowlevel import RunVar
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from .webhook_signature import sign_webhook
+from .channels.webhook_signature import sign_webhook
 
 __all__ = (
     "HASHING_CONCURRENCY",
@@ -96,5 +96,5 @@ def hash_token(token: str) -> str:
 
 
 def sign_payload(secret: str, body: bytes, timestamp: str) -> str:
-    """HMAC-SHA256 over `timestamp.body`, hex: receivers check it with `approvals.webhook_signature`."""
+    """HMAC-SHA256 over `timestamp.body`, hex: receivers check it with `approvals.channels.webhook_signature`."""
     return sign_webhook(secret, body, timestamp)

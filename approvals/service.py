@@ -14,16 +14,17 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ._canonical import digest
 from .calls import CallRequest, validate_request, validate_with_schema
+from .calls.canonical import digest
+from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
+from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
+from .engines.native.tools import Tool
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
-from .resumer import AgentRegistry, Resumer
-from .store import RUNS_CHANNEL, Actor, EditAndApprove, Store, Verdict
+from .store import RUNS_CHANNEL, Actor, Store
 from .store.errors import is_transient
 from .store.models import RunRow, ToolCallRow
-from .store.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
-from .tools import Tool
+from .worker.resumer import AgentRegistry, Resumer
 
 __all__ = ("ApprovalService",)
 

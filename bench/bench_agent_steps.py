@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 
 from approvals import Agent, UsageLimits
-from approvals.messages import ModelResponse, TextPart, ToolCallPart
-from approvals.models import AgentInfo, FunctionModel
+from approvals.engines.native.messages import ModelResponse, TextPart, ToolCallPart
+from approvals.engines.native.models import AgentInfo, FunctionModel
 
 
 def add(a: int, b: int) -> int:

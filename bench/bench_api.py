@@ -26,10 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _databases import create_pg_database, drop_pg_database
 
 from approvals import Agent, Tool
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import SYSTEM, Actor, Approve, Store
+from approvals.calls.verdicts import Approve
+from approvals.engines.native.models import TestModel
+from approvals.store import SYSTEM, Actor, Store
 from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry, Resumer
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

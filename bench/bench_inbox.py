@@ -33,12 +33,12 @@ from sqlalchemy import insert, text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from approvals import Agent, Tool
-from approvals._canonical import digest
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry
+from approvals.calls.canonical import digest
+from approvals.engines.native.models import TestModel
 from approvals.store import SYSTEM, Store
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow, ToolCallRow, ToolDefinitionRow
+from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

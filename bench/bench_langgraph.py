@@ -39,10 +39,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from approvals.resumer import AgentRegistry, Resumer
+from approvals.engines.native.usage import RunTotals
 from approvals.store import Database, Store
 from approvals.store.migrate import upgrade
-from approvals.usage import RunTotals
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 HISTORY = 200
 CYCLES = int(os.environ.get("BENCH_CYCLES", "20"))

@@ -53,10 +53,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from approvals.pydantic_ai import PydanticAIAgent
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Approve, Database, Store
-from approvals.usage import RunTotals
+from approvals.calls.verdicts import Approve
+from approvals.engines.native.usage import RunTotals
+from approvals.engines.pydantic_ai import PydanticAIAgent
+from approvals.store import Actor, Database, Store
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 RUNS = int(os.environ.get("APPROVALS_BENCH_RUNS", "80"))
 DATABASES = os.environ.get("APPROVALS_BENCH_DATABASES", "sqlite,postgresql").split(",")

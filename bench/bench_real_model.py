@@ -26,12 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _databases import create_pg_database, drop_pg_database
 
-from approvals.messages import ModelRequest, ModelResponse
-from approvals.models import ModelRequestParameters, ModelSettings
-from approvals.models.openai import OpenAIChatModel
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Approve, Database, Store
+from approvals.calls.verdicts import Approve
+from approvals.engines.native.messages import ModelRequest, ModelResponse
+from approvals.engines.native.models import ModelRequestParameters, ModelSettings
+from approvals.engines.native.models.openai import OpenAIChatModel
+from approvals.store import Actor, Database, Store
 from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry, Resumer
 from tests.llm_server import running_server
 from tests.real_model.agents import make_refund_agent
 

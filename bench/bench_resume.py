@@ -29,11 +29,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _databases import migrated_database
 
 from approvals import Agent, Tool
-from approvals.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
-from approvals.models import FunctionModel
-from approvals.models.function import AgentInfo
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Approve, Database, Store
+from approvals.calls.verdicts import Approve
+from approvals.engines.native.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from approvals.engines.native.models import FunctionModel
+from approvals.engines.native.models.function import AgentInfo
+from approvals.store import Actor, Database, Store
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 HISTORIES = (10, 200, 1000)
 RUNS = int(os.environ.get("APPROVALS_BENCH_RUNS", "25"))

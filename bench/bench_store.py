@@ -39,12 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _databases import create_pg_database, drop_pg_database
 
 from approvals import Agent, Tool
-from approvals.deferred import DeferredToolCall, DeferredToolRequests
-from approvals.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, dump_message
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry, Resumer, run_worker
-from approvals.store import Actor, Approve, Database, Store
+from approvals.calls.verdicts import Approve
+from approvals.engines.native.deferred import DeferredToolCall, DeferredToolRequests
+from approvals.engines.native.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, dump_message
+from approvals.engines.native.models import TestModel
+from approvals.store import Actor, Database, Store
 from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry, Resumer, run_worker
 
 PAUSE_SAMPLES = 40
 PAUSE_WARMUP = 10

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from approvals import Tool
-from approvals.tools import args_digest
+from approvals.engines.native.tools import args_digest
 
 
 def refund(

@@ -24,8 +24,8 @@ from approvals import (
     UsageLimits,
     UserError,
 )
-from approvals._persistence import NoPersistence
-from approvals.messages import (
+from approvals.engines.native._persistence import NoPersistence
+from approvals.engines.native.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -39,9 +39,9 @@ from approvals.messages import (
     load_messages,
     model_facing_content,
 )
-from approvals.models import AgentInfo, FunctionModel, TestModel
-from approvals.models.test import ScriptStep
-from approvals.usage import RunTotals
+from approvals.engines.native.models import AgentInfo, FunctionModel, TestModel
+from approvals.engines.native.models.test import ScriptStep
+from approvals.engines.native.usage import RunTotals
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """The engine seam: engines adopt agents and store histories by name and format, never by class names.
 
 The core knows no engine's message types: a made-up engine's messages go through
-`approvals.messages` and the worker's call outcomes exactly as pydantic-ai's do.
+`approvals.engines.native.messages` and the worker's call outcomes exactly as pydantic-ai's do.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 
 from approvals import Agent, Tool, ToolRetryError, UserError
+from approvals.calls.states import CallStatus
 from approvals.engines import EngineKind, HistoryCodec, base, engine_for_format, get_engine, register_engine
-from approvals.messages import (
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,
@@ -31,11 +32,10 @@ from approvals.messages import (
     load_stored_array,
     load_stored_history,
 )
-from approvals.models import TestModel
-from approvals.pydantic_ai import PydanticAIAgent
-from approvals.pydantic_ai.engine import PYDANTIC_AI_FORMAT
-from approvals.resumer import AgentRegistry, as_resumable, call_outcomes
-from approvals.store.states import CallStatus
+from approvals.engines.native.models import TestModel
+from approvals.engines.pydantic_ai import PydanticAIAgent
+from approvals.engines.pydantic_ai.engine import PYDANTIC_AI_FORMAT
+from approvals.worker.resumer import AgentRegistry, as_resumable, call_outcomes
 
 NOT_AN_AGENT = "just a string"
 
@@ -91,7 +91,7 @@ def test_an_engine_that_cannot_be_imported_says_what_to_install() -> None:
 
 @pytest.mark.usefixtures("registry_copy")
 def test_a_lazy_engine_is_checked_against_what_it_was_registered_as() -> None:
-    register_engine("approvals.engines.native:engine", name="impostor", formats=(4242,))
+    register_engine("approvals.engines.native.engine:engine", name="impostor", formats=(4242,))
     with pytest.raises(
         UserError, match="is engine 'native' storing formats \\[1\\], not 'impostor' storing \\[4242\\]"
     ):

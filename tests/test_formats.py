@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
 from approvals import Tool, UserError
-from approvals.formats import (
+from approvals.engines.native.formats import (
     StrictSchemaError,
     openai_strict_schema,
     strict_violations,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from approvals import UserError
-from approvals.messages import (
+from approvals.engines.native.messages import (
     MESSAGE_FORMAT_VERSION,
     ModelRequest,
     ModelResponse,

@@ -39,9 +39,9 @@ SERVER_DISTRIBUTIONS = frozenset(
 # files, so a skipped package is never imported to find its modules.
 IMPORT_THE_CORE = f"""
 import importlib, importlib.util, pkgutil, sys
-import approvals, approvals.store, approvals.resumer, approvals.service
-SKIPPED = ("approvals.cli", "approvals.pydantic_ai")
-SDKS = {{"approvals.models.openai": "openai", "approvals.models.anthropic": "anthropic"}}
+import approvals, approvals.store, approvals.worker.resumer, approvals.service
+SKIPPED = ("approvals.cli", "approvals.engines.pydantic_ai")
+SDKS = {{"approvals.engines.native.models.openai": "openai", "approvals.engines.native.models.anthropic": "anthropic"}}
 
 def modules(path, prefix):
     for info in pkgutil.iter_modules(path, prefix):

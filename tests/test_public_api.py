@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import approvals
-import approvals.formats
-import approvals.tools
+import approvals.engines.native.formats
+import approvals.engines.native.tools
 
 PACKAGE = pathlib.Path(approvals.__file__).parent
 
 
 def test_all_is_sorted_and_importable() -> None:
-    for module in (approvals, approvals.tools, approvals.formats):
+    for module in (approvals, approvals.engines.native.tools, approvals.engines.native.formats):
         names = list(module.__all__)
         assert names == sorted(names, key=lambda n: (not n.isupper(), n)), module.__name__
         for name in names:
@@ -63,23 +63,25 @@ def _imported_modules(path: pathlib.Path) -> list[str]:
 
 
 def test_the_core_imports_no_optional_engine() -> None:
-    """Only `approvals/pydantic_ai/` imports pydantic-ai; the core finds that engine by its import path."""
-    engine_package = PACKAGE / "pydantic_ai"
+    """Only `approvals/engines/pydantic_ai/` imports pydantic-ai; the core finds that engine by its import path."""
+    engine_package = PACKAGE / "engines" / "pydantic_ai"
     for path in PACKAGE.rglob("*.py"):
         if engine_package in path.parents:
             continue
         for module in _imported_modules(path):
             assert module.split(".")[0] != "pydantic_ai", f"{path}: {module}"
-            assert not (module + ".").startswith("approvals.pydantic_ai."), f"{path}: {module}"
+            assert not (module + ".").startswith("approvals.engines.pydantic_ai."), f"{path}: {module}"
 
 
 # Runs a native agent through the registry and reads its history back: none of it may load pydantic-ai.
 USE_THE_CORE = """
 import sys
-import approvals, approvals.messages, approvals.resumer, approvals.engines
-from approvals.messages import ModelRequest, UserPromptPart, as_approvals_messages, dump_message, load_stored_history
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry
+import approvals, approvals.engines.native.messages, approvals.worker.resumer, approvals.engines
+from approvals.engines.native.messages import (
+    ModelRequest, UserPromptPart, as_approvals_messages, dump_message, load_stored_history,
+)
+from approvals.engines.native.models import TestModel
+from approvals.worker.resumer import AgentRegistry
 import json
 
 registry = AgentRegistry([approvals.Agent(TestModel(), name="plain")])
@@ -87,7 +89,10 @@ history = [ModelRequest(parts=[UserPromptPart(content="hi")])]
 rows = [(json.dumps(dump_message(m)), 1) for m in history]
 assert load_stored_history(rows) == as_approvals_messages(history) == history
 assert registry.get("plain").codec.view(history) == history
-optional = [name for name in sys.modules if name.partition(".")[0] == "pydantic_ai" or name == "approvals.pydantic_ai"]
+optional = [
+    name for name in sys.modules
+    if name.partition(".")[0] == "pydantic_ai" or name.startswith("approvals.engines.pydantic_ai")
+]
 print(" ".join(sorted(optional)))
 """
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from approvals import FunctionToolset, RunContext, Tool, ToolDefinition, ToolDefinitionError
-from approvals._tool_manager import CallRetry, CallSucceeded, ToolManager
-from approvals.toolsets import collect_tools
+from approvals.engines.native._tool_manager import CallRetry, CallSucceeded, ToolManager
+from approvals.engines.native.toolsets import collect_tools
 
 from .helpers import Call
 

@@ -19,7 +19,7 @@ from approvals import (
     ToolReturn,
     UserError,
 )
-from approvals._tool_manager import CallDeferred, CallRetry, CallSucceeded, ToolManager
+from approvals.engines.native._tool_manager import CallDeferred, CallRetry, CallSucceeded, ToolManager
 
 from .helpers import Call
 

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, model_validator
 
 from approvals import RunContext, Tool, ToolDefinitionError, ToolRetryError
-from approvals._tool_manager import CallRetry, CallSucceeded, ToolManager
+from approvals.engines.native._tool_manager import CallRetry, CallSucceeded, ToolManager
 
 from .helpers import Call
 from .tool_shapes import Label, Shipment, Ticket, pack

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from approvals.webhook_signature import InvalidWebhook, sign_webhook, verify_webhook
+from approvals.channels.webhook_signature import InvalidWebhook, sign_webhook, verify_webhook
 from approvals_web.settings import Settings
 
 BODY = b'{"event":"call.pending","id":7}'

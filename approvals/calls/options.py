@@ -1,7 +1,7 @@
 """What an actor may do with a call or a run: the rules, the one copy, as pure functions of plain facts.
 
 `call_options` answers for one actor and one call: may they approve (or edit), deny, answer,
-and if not, why. The store's verdict check (`store.verdicts.check_verdict` and
+and if not, why. The store's verdict check (`store.decision_rules.check_verdict` and
 `_check_decidable`) refuses by these answers, with its own errors; the reviewer's pages
 show buttons by them, with `why_not_approve` / `why_not_decide` as the sentence to show.
 `run_options` does the same for what an admin may do with a run (cancel, retry).
@@ -29,13 +29,14 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from ..store.states import FINAL_RUN_STATUSES, OPEN_CALL_STATUSES, CallStatus, RunStatus
+from .states import FINAL_RUN_STATUSES, OPEN_CALL_STATUSES, CallStatus, RunStatus
 
 if TYPE_CHECKING:
     from ..store._base import Actor
 
 __all__ = (
     "NO_APPROVALS",
+    "admin_refusal",
     "CallOptions",
     "CallRefusal",
     "RunOptions",
@@ -211,10 +212,16 @@ class RunOptions:
         return self.retry_refusal is None
 
 
+def admin_refusal(actor: Actor) -> RunRefusal | None:
+    """Whether `actor` may manage runs at all, whichever run: the store asks before it reads the run."""
+    return None if actor.can("admin") else RunRefusal.NOT_ADMIN
+
+
 def run_options(status: RunStatus, actor: Actor) -> RunOptions:
     """What `actor` may do with a run in `status`: an admin cancels a run that has not ended, retries a failed one."""
-    if not actor.can("admin"):
-        return RunOptions(RunRefusal.NOT_ADMIN, RunRefusal.NOT_ADMIN)
+    refusal = admin_refusal(actor)
+    if refusal is not None:
+        return RunOptions(refusal, refusal)
     return RunOptions(
         RunRefusal.ENDED if status in FINAL_RUN_STATUSES else None,
         None if status == RunStatus.FAILED else RunRefusal.NOT_FAILED,

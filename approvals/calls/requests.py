@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._canonical import digest, non_finite_path
-from .._schema import ArgsInvalid, JsonSchemaArgs, check_json_schema
+from ..engines.native._schema import ArgsInvalid, JsonSchemaArgs, check_json_schema
+from ..engines.native.tools import Tool, ToolDefinition
 from ..exceptions import InvalidArguments, ToolRetryError, UserError
-from ..tools import Tool, ToolDefinition
+from .canonical import digest, non_finite_path
 
 __all__ = ("ANY_OBJECT", "CallRequest", "ValidatedRequest", "validate_request", "validate_with_schema")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..engines.base import EngineKind, get_engine
-from ..store.states import RunStatus
+from .states import RunStatus
 
 __all__ = ("status_once_decided",)
 

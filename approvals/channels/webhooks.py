@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from ..webhook_signature import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook
 from ..worker.deliverer import Deliverer, DelivererHealth
 from .base import DeliveryFailed, DeliveryRefused
+from .webhook_signature import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook
 
 if TYPE_CHECKING:
     import httpx

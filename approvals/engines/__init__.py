@@ -6,7 +6,7 @@ waits for the decision itself. The core never imports an optional engine: the re
 loads one by its import path when it is first needed.
 
 Registered here: "native" (`native`, our `Agent`), and "pydantic_ai" by import path
-(`approvals.pydantic_ai.engine`). A pydantic-ai agent can only reach us once pydantic-ai is
+(`approvals.engines.pydantic_ai.engine`). A pydantic-ai agent can only reach us once pydantic-ai is
 imported, so that engine is imported to adopt agents or own messages only then, and for a
 stored history in its format (1001) whenever one is read.
 """
@@ -29,7 +29,7 @@ from .base import (
 )
 from .gate import GateEngine
 from .gate import engine as gate_engine
-from .native import engine as native_engine
+from .native.engine import engine as native_engine
 
 __all__ = (
     "Engine",
@@ -50,9 +50,9 @@ __all__ = (
 register_engine(native_engine)
 register_engine(gate_engine)
 register_engine(
-    "approvals.pydantic_ai.engine:engine",
+    "approvals.engines.pydantic_ai.engine:engine",
     name="pydantic_ai",
-    formats=(1001,),  # approvals.pydantic_ai.engine.PYDANTIC_AI_FORMAT, checked when the engine is loaded
+    formats=(1001,),  # approvals.engines.pydantic_ai.engine.PYDANTIC_AI_FORMAT, checked when the engine is loaded
     available=lambda: "pydantic_ai" in sys.modules,
     extra="pydantic-ai",
 )

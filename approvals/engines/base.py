@@ -63,7 +63,7 @@ class HistoryCodec(Protocol):
         ...
 
     def view(self, messages: Iterable[Any]) -> list[Any]:
-        """The messages in our own types (`approvals.messages`), read-only: for the run page, the API and
+        """The messages in our own types (`approvals.engines.native.messages`), read-only: for the run page, the API and
         the worker (pending calls, call outcomes). Messages already ours pass through unchanged."""
         ...
 

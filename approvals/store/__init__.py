@@ -8,19 +8,19 @@
 
 from __future__ import annotations
 
+from ..calls.states import Role
 from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
 from .calls import CallOps
 from .conversations import ConversationOps
 from .db import Database, normalize_url
-from .decisions import Answer, Approve, DecisionOps, Deny, EditAndApprove, Verdict
+from .decisions import DecisionOps
 from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .paused_runs import PausedRun, PausedRunOps
 from .queries import Page, Queries
-from .states import Role
 
 __all__ = (
     "PENDING_CHANNEL",
@@ -29,14 +29,10 @@ __all__ = (
     "SYSTEM",
     "TOKEN_SCOPES",
     "Actor",
-    "Answer",
-    "Approve",
     "ClaimedRun",
     "ConversationOps",
     "Database",
     "DecidedCall",
-    "Deny",
-    "EditAndApprove",
     "LoginAttempt",
     "LoginLimits",
     "Notifier",
@@ -45,7 +41,6 @@ __all__ = (
     "PausedRunOps",
     "Role",
     "Store",
-    "Verdict",
     "normalize_url",
 )
 

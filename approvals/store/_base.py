@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ..calls.states import ROLE_RANK, Role
 from ..exceptions import NotFound
 from ._run_writes import apply_write
 from ._transaction import Transaction
@@ -21,7 +22,6 @@ from .audit import AuditEvent, append_events, write_chained
 from .db import Database
 from .models import RunRow
 from .notify import Notifier
-from .states import ROLE_RANK, Role
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class StoreBase:
         """One transaction through an async session; in-process wake-ups are published only after it commits.
 
         Its audit events are chained as its last statement: in Python on SQLite, in the server
-        on PostgreSQL (`_pg.chain_and_wake`, with the wake-ups), as every write's are.
+        on PostgreSQL (`backends.postgres.chain_and_wake`, with the wake-ups), as every write's are.
         """
         async with self.db.write() as session:
             tx = Transaction(session)
@@ -88,7 +88,7 @@ class StoreBase:
 
         The hot path's statements are written this way. On SQLite they run straight on the
         `sqlite3` cursor, on the event loop's thread when the write lock is free
-        (`Database.write_statements`); on PostgreSQL the hot path pipelines them (`_pg`), and
+        (`Database.write_statements`); on PostgreSQL the hot path pipelines them (`backends.postgres`), and
         the rarer callers (crash recovery, renewing a lease, gates) run them through the async driver.
         """
 
@@ -114,7 +114,7 @@ class StoreBase:
     async def write_run(self, write: RunWrite) -> None:
         """A worker's write to the run it holds, in one transaction: the same statements on both databases."""
         if self.db.is_postgres:
-            from ._pg import pg_run_write  # `_pg` reaches the decision rules, which import this module
+            from .backends.postgres import pg_run_write  # it reaches the decision rules, which import this module
 
             await pg_run_write(self.db, write, self._stored_tool_versions)
             return
@@ -129,6 +129,6 @@ class StoreBase:
 
 
 def _chain_and_wake(events: list[AuditEvent], announcements: list[tuple[str, str]]) -> Any:
-    from ._pg import chain_and_wake  # `_pg` reaches the decision rules, which import this module
+    from .backends.postgres import chain_and_wake  # it reaches the decision rules, which import this module
 
     return chain_and_wake(events, announcements)

@@ -1,7 +1,7 @@
 """The statements of a decision, built once from the tables: both databases run these same expressions.
 
 SQLite runs them through SQLAlchemy. PostgreSQL sends them compiled for psycopg in a
-pipeline, two round trips a decision (`_pg_decisions`); there a plan's writes are one
+pipeline, two round trips a decision (`backends.postgres_decisions`); there a plan's writes are one
 statement (`plan_write`): each write of `plan_statements` a CTE of the statement that
 appends the audit events and sends the wake-ups (which SQLAlchemy's transaction makes on
 SQLite), as every statement costs psycopg a send and a result to process.
@@ -27,12 +27,12 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from sqlalchemy.sql.selectable import HasCTE
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
+from ..calls.states import CallStatus, RunStatus
 from .audit import server_event
 from .db import json_text
+from .decision_rules import CallFacts, DecisionPlan
 from .hot_path_sql import function_name
 from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime
-from .states import CallStatus, RunStatus
-from .verdicts import CallFacts, DecisionPlan
 
 CALLS = cast(Table, ToolCallRow.__table__)
 RUNS = cast(Table, RunRow.__table__)

@@ -4,7 +4,7 @@ A worker's write to the run it holds (`RunWrite`: mark calls executing, append a
 record executed calls' results, pause with new pending calls, finish, release) is a list
 of `Step`s, SQLAlchemy Core statements built once, whose parameters come from the write
 alone: no statement needs another's result, so PostgreSQL sends them all in one pipeline
-(`_pg.pg_run_write`) while SQLite runs them one by one (`apply_write`, through
+(`backends.postgres.pg_run_write`) while SQLite runs them one by one (`apply_write`, through
 `StoreBase.run_statements`). What the database knows and the worker does not (the run's
 message count, its agent, which calls actually moved) is read by the statements
 themselves; their returned rows then make the audit events (`WriteSteps.events`), and a
@@ -43,6 +43,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql.expression import Executable
 
 from ..calls.rules import status_once_decided
+from ..calls.states import CallStatus, RunStatus
 from ..exceptions import Conflict
 from ._transaction import Transaction
 from ._writes import (
@@ -59,7 +60,6 @@ from ._writes import (
 from .audit import AuditEvent
 from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import READY_CHANNEL, RUNS_CHANNEL
-from .states import CallStatus, RunStatus
 
 Tx = Transaction[Connection]
 _EXECUTED_COLUMNS = (ToolCallRow.id, ToolCallRow.tool_call_id, ToolCallRow.tool_name, ToolCallRow.current_digest)

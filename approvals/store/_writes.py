@@ -3,7 +3,7 @@
 A worker's write to a run it holds (mark calls executing, append a step, pause, finish) is
 a `RunWrite`: plain data saying what changes. `_run_writes.write_steps` turns it into the
 statements both databases execute: SQLite one by one (`apply_write`), PostgreSQL in a
-pipeline (`_pg.pg_run_write`). What only the database knows (which calls actually moved,
+pipeline (`backends.postgres.pg_run_write`). What only the database knows (which calls actually moved,
 the run's agent and message count) the statements read themselves, and the audit events
 are made from the rows they return, by the same code on both.
 """
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..deferred import DeferredToolCall
+from ..engines.native.deferred import DeferredToolCall
+from ..engines.native.messages import ModelRequest, ModelResponse, dump_message, format_version_of
+from ..engines.native.tools import ToolDefinition
 from ..exceptions import LeaseLost, NotFound
-from ..messages import ModelRequest, ModelResponse, dump_message, format_version_of
-from ..tools import ToolDefinition
 
 
 def utcnow() -> dt.datetime:

@@ -14,13 +14,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from ..calls.states import ROLE_RANK, Role, is_role
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import TOKEN_SCOPES, Actor, StoreBase
 from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
-from .states import ROLE_RANK, Role, is_role
 from .token_cache import TokenCache
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .._canonical import canonical_json, legacy_canonical_json
+from ..calls.canonical import canonical_json, legacy_canonical_json
 from .models import AuditEventRow
 
 __all__ = (

@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..calls.requests import ValidatedRequest
+from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..engines.base import EngineKind, get_engine
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ._base import Actor
@@ -29,7 +30,6 @@ from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, RUNS_CHANNEL
 from .queries import Queries
-from .states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 
 __all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
 

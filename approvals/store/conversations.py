@@ -1,6 +1,6 @@
 """Chat conversations in our database, linked to the inbox runs that hold the calls they wait on.
 
-The storage behind `approvals.pydantic_ai.SQLConversationStore`, on JSON-compatible data
+The storage behind `approvals.engines.pydantic_ai.SQLConversationStore`, on JSON-compatible data
 (this module never imports pydantic-ai). A conversation is a record (where its history ends,
 its revision, what it carries) and a log of entries, each pointing at the one before it, so
 forks and branches share what they have in common. Every write is one transaction checked
@@ -44,16 +44,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from ..deferred import DeferredToolRequests
+from ..calls.states import FINAL_RUN_STATUSES, RunStatus
+from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict
 from ._base import StoreBase
 from ._run_writes import Tx
 from ._writes import SYSTEM_ACTOR_ID, utcnow
-from .audit import run_event
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
-from .notify import PENDING_CHANNEL, RUNS_CHANNEL
 from .paused_runs import PausedRun, insert_paused_run
-from .states import FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
+from .run_cancel import cancel_in
 
 __all__ = (
     "ConversationChanged",
@@ -311,17 +310,6 @@ RUN_MESSAGES = (
     .order_by(MessageRow.seq)
 )
 CALL_REASONS = select(ToolCallRow.tool_call_id, ToolCallRow.reason).where(ToolCallRow.run_id == bindparam("run_id"))
-CANCEL_CALLS = (
-    update(ToolCallRow)
-    .where(ToolCallRow.run_id == bindparam("in_run"), ToolCallRow.status.in_(NOT_RUN_CALL_STATUSES))
-    .values(status=CallStatus.CANCELLED, updated_at=bindparam("now"))
-)
-CANCEL_WAITING_RUN = (
-    update(RunRow)
-    .where(RunRow.id == bindparam("run_id"), RunRow.status == RunStatus.AWAITING_APPROVAL)
-    .values(status=RunStatus.CANCELLED, error=bindparam("reason"), updated_at=bindparam("now"))
-    .returning(RunRow.id)
-)
 WRITES_WAIT_FOR_DELETES = text("LOCK TABLE conversation_records IN ROW EXCLUSIVE MODE")
 DELETES_WAIT_FOR_WRITES = text("LOCK TABLE conversation_records IN SHARE ROW EXCLUSIVE MODE")
 """PostgreSQL: a delete collects unreachable entries while no save is in flight, and saves wait for it.
@@ -332,6 +320,8 @@ serializes all writes anyway.
 _ONE = literal_column("1", Integer)
 _LEFT_BEHIND = "the conversation went on without the inbox: its calls no longer apply"
 _DELETED = "the conversation was deleted"
+_WAITING = (RunStatus.AWAITING_APPROVAL,)
+"""The only run a conversation cancels: one that waits for people, so none of its calls runs."""
 
 
 @cache
@@ -451,22 +441,7 @@ def _leave_behind(tx: Tx, run_id: str, synced: int, write: ConversationWrite) ->
     if run.status != RunStatus.AWAITING_APPROVAL or news:
         why = f"people already acted on its calls in run {run_id} ({run.status}); read it again"
         raise _changed(write.record.conversation_id, why)
-    _cancel_waiting_run(tx, run.id, run.agent_name, write.cancelled_by, _LEFT_BEHIND)
-
-
-def _cancel_waiting_run(tx: Tx, run_id: str, agent_name: str, actor_id: str, reason: str) -> None:
-    """Cancel a run that waits for people (so none of its calls runs), audited and announced.
-
-    `RunLifecycle.cancel_run` in this transaction's terms, for the one status it needs: a run
-    awaiting approval has no call executing, so its open calls are all it cancels.
-    """
-    now = utcnow()
-    if tx.session.execute(CANCEL_WAITING_RUN, {"run_id": run_id, "reason": reason, "now": now}).one_or_none() is None:
-        return
-    tx.session.execute(CANCEL_CALLS, {"in_run": run_id, "now": now})
-    tx.record(run_event(actor_id, "run.cancelled", run_id, agent_name, {"reason": reason}, at=now))
-    tx.announce(PENDING_CHANNEL, run_id)
-    tx.announce(RUNS_CHANNEL, run_id)
+    cancel_in(tx, run.id, run.agent_name, write.cancelled_by, _LEFT_BEHIND, now=utcnow(), only_if=_WAITING)
 
 
 def _paused(run: RunToOpen, history: list[Any]) -> PausedRun:
@@ -506,7 +481,7 @@ def _delete(tx: Tx, conversation_id: str, expected_revision: str, actor_id: str)
     if stored.run_id is not None:
         run = tx.session.execute(LOCK_LINKED_RUN, {"run_id": stored.run_id}).one_or_none()
         if run is not None and run.status == RunStatus.AWAITING_APPROVAL:
-            _cancel_waiting_run(tx, run.id, run.agent_name, actor_id, _DELETED)
+            cancel_in(tx, run.id, run.agent_name, actor_id, _DELETED, now=utcnow(), only_if=_WAITING)
     _collect_entries(tx, [stored.head_id, *(stored.branches or [])])
 
 

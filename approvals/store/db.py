@@ -20,8 +20,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from ..exceptions import UserError
-from ._pg_connections import AutocommitConnections
-from ._sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
+from .backends.postgres_connections import AutocommitConnections
+from .backends.sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
 
 __all__ = ("Database", "json_text", "normalize_url")
 

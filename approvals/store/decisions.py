@@ -1,8 +1,8 @@
 """Reviewers' verdicts on pending calls, and expiry of calls nobody decided in time.
 
-A decision has one implementation: the rules in `verdicts.plan_decision`, the statements
+A decision has one implementation: the rules in `decision_rules.plan_decision`, the statements
 in `_decision_sql`. On SQLite they run as one transaction in one worker-thread hop; on
-PostgreSQL through psycopg in a pipeline of two round trips (`_pg_decisions`). Either way
+PostgreSQL through psycopg in a pipeline of two round trips (`backends.postgres_decisions`). Either way
 the call's run is locked, then the call, so of two reviewers deciding at once exactly
 one wins and the other gets a `Conflict` naming who decided.
 """
@@ -13,30 +13,20 @@ import datetime as dt
 
 from sqlalchemy import select
 
+from ..calls.states import CallStatus
+from ..calls.verdicts import Verdict
 from ..exceptions import NotFound
 from ._base import SYSTEM, Actor, StoreBase
 from ._decision_sql import LOCK_CALL, LOCK_RUN, STANDING_APPROVERS, call_facts, plan_statements, update_call
-from ._pg_decisions import pg_decide
 from ._run_writes import Tx, ready_if_decided
 from ._writes import utcnow
 from .audit import call_event
+from .backends.postgres_decisions import pg_decide
+from .decision_rules import CallFacts, DecisionPlan, check_verdict, plan_decision, settled
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
-from .states import CallStatus
-from .verdicts import (
-    Answer,
-    Approve,
-    CallFacts,
-    DecisionPlan,
-    Deny,
-    EditAndApprove,
-    Verdict,
-    check_verdict,
-    plan_decision,
-    settled,
-)
 
-__all__ = ("Answer", "Approve", "DecisionOps", "Deny", "EditAndApprove", "Verdict")
+__all__ = ("DecisionOps",)
 
 
 class DecisionOps(StoreBase):

@@ -17,11 +17,12 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, func, or_, select, update
 
-from ..deferred import DeferredToolRequests
-from ..exceptions import Conflict, Forbidden
-from ..messages import ModelRequest, ModelResponse, load_stored_history
+from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
+from ..engines.native.deferred import DeferredToolRequests
+from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
+from ..exceptions import Forbidden
+from . import run_cancel
 from ._base import SYSTEM, Actor, StoreBase
-from ._pg import Cursors, fetched, pg_rows, pipelined
 from ._run_writes import (
     Rows,
     Step,
@@ -44,10 +45,10 @@ from ._writes import (
     utcnow,
 )
 from .audit import AuditEvent, call_event, run_event
+from .backends.postgres import Cursors, fetched, pg_rows, pipelined
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .paused_runs import paused_write
-from .states import DECIDED_CALL_STATUSES, FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 
 ModelMessage = ModelRequest | ModelResponse
 CallOutcomes = Mapping[str, tuple[CallStatus, Any]]
@@ -390,67 +391,16 @@ class RunLifecycle(StoreBase):
         await self.run_statements(hand_back)
 
     async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> None:
-        """An admin stops a run that has not ended, even one a worker holds right now.
+        """An admin stops a run that has not ended, even one a worker holds right now (`run_cancel`).
 
-        Calls that never ran are cancelled. A call the run was executing becomes
-        `outcome_unknown` (its tool may have run) for a person to settle, and one already
-        waiting for that stays so. The run's lease ends with it: every write its worker makes
-        from now on is refused (`LeaseLost`, as a worker's that lost its lease), so nothing
-        the worker sends afterwards is stored and the run stays cancelled.
+        Calls that never ran are cancelled; one the run was executing becomes `outcome_unknown`
+        for a person to settle. Every write its worker makes from now on is refused (`LeaseLost`).
         """
-        if not actor.can("admin"):
-            raise Forbidden(f"{actor.id!r} ({actor.role}) may not cancel runs")
-        async with self.transaction() as tx:
-            run = await self._run_for_update(tx.session, run_id)
-            if run.status in FINAL_RUN_STATUSES:
-                raise Conflict(f"Run {run_id!r} already ended ({run.status})", status=run.status)
-            now = utcnow()
-            await tx.session.execute(
-                update(ToolCallRow)
-                .where(ToolCallRow.run_id == run_id, ToolCallRow.status.in_(NOT_RUN_CALL_STATUSES))
-                .values(status=CallStatus.CANCELLED, updated_at=now)
-            )
-            interrupted = (
-                await tx.session.execute(
-                    update(ToolCallRow)
-                    .where(ToolCallRow.run_id == run_id, ToolCallRow.status == CallStatus.EXECUTING)
-                    .values(status=CallStatus.OUTCOME_UNKNOWN, updated_at=now)
-                    .returning(ToolCallRow.id, ToolCallRow.tool_name)
-                )
-            ).all()
-            run.status = RunStatus.CANCELLED
-            run.error = reason
-            run.lease_owner = None
-            run.lease_expires_at = None
-            run.updated_at = now
-            tx.record(run_event(actor.id, "run.cancelled", run_id, run.agent_name, {"reason": reason}))
-            for call_id, tool_name in sorted(interrupted):
-                tx.audit(
-                    actor.id,
-                    "call.outcome_unknown",
-                    "call",
-                    call_id,
-                    run_id=run_id,
-                    agent_name=run.agent_name,
-                    tool_name=tool_name,
-                    details={"reason": "the run was cancelled while the call ran; it may or may not have happened"},
-                )
-            tx.announce(PENDING_CHANNEL, run_id)
-            tx.announce(RUNS_CHANNEL, run_id)
+        await self.run_statements(lambda tx: run_cancel.cancel_run(tx, run_id, actor, reason))
 
     async def retry_run(self, run_id: str, *, actor: Actor) -> None:
         """An admin sends a failed run back to the workers; it continues from its stored history."""
-        if not actor.can("admin"):
-            raise Forbidden(f"{actor.id!r} ({actor.role}) may not retry runs")
-        async with self.transaction() as tx:
-            run = await self._run_for_update(tx.session, run_id)
-            if run.status != RunStatus.FAILED:
-                raise Conflict(f"Run {run_id!r} is {run.status}; only failed runs can be retried", status=run.status)
-            run.status = RunStatus.READY
-            run.error = None
-            run.updated_at = utcnow()
-            tx.record(run_event(actor.id, "run.retried", run_id, run.agent_name))
-            tx.announce(READY_CHANNEL, run_id)
+        await self.run_statements(lambda tx: run_cancel.retry_run(tx, run_id, actor))
 
 
 _HANDED_BACK = object()

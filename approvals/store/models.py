@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from .states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, Role, RunStatus
+from ..calls.states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, Role, RunStatus
 
 E = TypeVar("E", bound=StrEnum)
 

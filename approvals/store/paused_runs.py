@@ -1,7 +1,7 @@
 """Runs that begin already waiting for people: a history made elsewhere, its pending calls in the inbox.
 
 A chat app's pydantic-ai run pauses in the app's own process, not in a worker
-(`approvals.pydantic_ai.SQLConversationStore`). It is stored as if a worker had started it
+(`approvals.engines.pydantic_ai.SQLConversationStore`). It is stored as if a worker had started it
 and paused at once: the same rows, audit events (`run.started`, `call.requested`,
 `run.paused`) and wake-ups as `start_run` followed by `pause`, carried out by the same write
 (`apply_write`), in one transaction.
@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from ..deferred import DeferredToolRequests
+from ..calls.states import RunStatus
+from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Forbidden, UserError
 from ._base import Actor, StoreBase
 from ._run_writes import INSERT_MESSAGES, Tx, apply_write
@@ -25,7 +26,6 @@ from ._writes import RunEvent, RunWrite, pending_call, utcnow
 from .audit import run_event
 from .models import RunRow
 from .notify import PENDING_CHANNEL, RUNS_CHANNEL
-from .states import RunStatus
 
 __all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")
 

@@ -16,9 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import String, and_, cast, func, select, tuple_
 
+from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
+from ..engines.native.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
-from ..messages import ModelRequest, ModelResponse, load_stored_history
-from ..tools import ToolDefinition
 from ._base import StoreBase
 from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain

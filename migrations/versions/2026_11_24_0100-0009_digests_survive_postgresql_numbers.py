@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from approvals._canonical import digest
+from approvals.calls.canonical import digest
 
 revision: str = "0009"
 down_revision: str | None = "0008"

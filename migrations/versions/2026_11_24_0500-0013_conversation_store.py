@@ -1,4 +1,4 @@
-"""pydantic-ai conversations in our database (`approvals.pydantic_ai.SQLConversationStore`).
+"""pydantic-ai conversations in our database (`approvals.engines.pydantic_ai.SQLConversationStore`).
 
 `conversation_records` holds each conversation's record: the newest entry of its history,
 its revision, usage, the deferred tool requests it waits on, and the inbox run (`run_id`)

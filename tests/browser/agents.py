@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from approvals import Agent, RunContext, Tool
-from approvals.models import TestModel
+from approvals.engines.native.models import TestModel
 
 ORDERS = {"A-1042": {"total": "149.90", "items": ["Espresso machine Vero 2"], "customer_id": 311}}
 

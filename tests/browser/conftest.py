@@ -26,9 +26,9 @@ import uvicorn
 from fastapi import FastAPI
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from approvals.resumer import AgentRegistry
 from approvals.service import ApprovalService
 from approvals.store import SYSTEM, Actor, Store
+from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

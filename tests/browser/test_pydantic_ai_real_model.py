@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import Page, expect
 from pydantic_ai.models.openai import OpenAIChatModel
 
-from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM
 from approvals.store.models import RunRow
+from approvals.worker.resumer import AgentRegistry
 
 from ..llm_server import LocalModelServer
 from ..real_model.pydantic_ai_agents import REFUNDS, make_pydantic_ai_refund_agent

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from approvals import Agent, Tool
-from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from approvals.models import AgentInfo, FunctionModel
+from approvals.engines.native.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from approvals.engines.native.models import AgentInfo, FunctionModel
 
 PAYLOADS = [
     "<script>alert(1)</script>",

@@ -20,11 +20,12 @@ from approvals.calls.options import (
     reviewer_refusal,
     run_options,
 )
+from approvals.calls.states import CallStatus, RunStatus
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.exceptions import Conflict, Forbidden, UserError
-from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.store import Actor
+from approvals.store.decision_rules import _check_decidable, check_verdict
 from approvals.store.models import ToolCallRow
-from approvals.store.states import CallStatus, RunStatus
-from approvals.store.verdicts import _check_decidable, check_verdict
 
 ALICE = Actor("alice", "reviewer")
 BOB = Actor("bob", "reviewer")

@@ -27,9 +27,9 @@ from typing import Any
 import anyio
 
 from approvals import Agent, RunContext
-from approvals.messages import ModelRequest, ModelResponse
-from approvals.models import TestModel
-from approvals.models.base import ModelRequestParameters, ModelSettings
+from approvals.engines.native.messages import ModelRequest, ModelResponse
+from approvals.engines.native.models import TestModel
+from approvals.engines.native.models.base import ModelRequestParameters, ModelSettings
 
 __all__ = (
     "AGENT_NAME",

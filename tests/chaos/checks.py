@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from approvals.messages import (
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,

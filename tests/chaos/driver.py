@@ -38,8 +38,9 @@ from anyio.abc import ByteSendStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from sqlalchemy import select
 
+from approvals.calls.verdicts import Answer, Approve, Deny, Verdict
 from approvals.exceptions import Conflict
-from approvals.store import Actor, Answer, Approve, Deny, Store, Verdict
+from approvals.store import Actor, Store
 from approvals.store.models import RunRow, ToolCallRow
 
 from .agent import AGENT_NAME, HOOK_POINTS, read_executions, read_phases

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Approve, Store
+from approvals.calls.verdicts import Approve
+from approvals.store import Store
+from approvals.worker.resumer import AgentRegistry, Resumer
 from tests.store.conftest import execute
 
 from .agent import AGENT_NAME, chaos_agent, read_executions

@@ -32,8 +32,8 @@ from typing import Any
 import anyio
 from sqlalchemy import event
 
-from approvals.resumer import AgentRegistry, run_worker
 from approvals.store import ClaimedRun, Database, Store
+from approvals.worker.resumer import AgentRegistry, run_worker
 
 from .agent import PROCESS, chaos_agent
 

@@ -13,8 +13,7 @@ import anthropic
 import pytest
 
 from approvals import Tool, ToolDefinition, UserError
-from approvals.exceptions import ModelAPIError, ModelHTTPError
-from approvals.messages import (
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,
@@ -28,8 +27,9 @@ from approvals.messages import (
     dump_messages,
     load_messages,
 )
-from approvals.models import ModelRequestParameters, ModelSettings, infer_model
-from approvals.models.anthropic import DEFAULT_MAX_TOKENS, PLACEHOLDER_API_KEY, AnthropicModel
+from approvals.engines.native.models import ModelRequestParameters, ModelSettings, infer_model
+from approvals.engines.native.models.anthropic import DEFAULT_MAX_TOKENS, PLACEHOLDER_API_KEY, AnthropicModel
+from approvals.exceptions import ModelAPIError, ModelHTTPError
 
 from .wire_servers import WireServer, anthropic_error, anthropic_message, anthropic_server, closed_port_url
 
@@ -535,7 +535,7 @@ def test_missing_credentials_raise_user_error() -> None:
 
 def test_missing_sdk_raises_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "anthropic", None)  # makes `import anthropic` fail
-    monkeypatch.delitem(sys.modules, "approvals.models.anthropic")
+    monkeypatch.delitem(sys.modules, "approvals.engines.native.models.anthropic")
 
     with pytest.raises(UserError, match=r"install 'agent-approvals\[anthropic\]'"):
-        importlib.import_module("approvals.models.anthropic")
+        importlib.import_module("approvals.engines.native.models.anthropic")

@@ -12,9 +12,8 @@ import openai
 import pytest
 
 from approvals import Tool, ToolDefinition, UserError
-from approvals.exceptions import ModelAPIError, ModelHTTPError
-from approvals.formats import openai_strict_schema
-from approvals.messages import (
+from approvals.engines.native.formats import openai_strict_schema
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,
@@ -26,8 +25,9 @@ from approvals.messages import (
     UserPromptPart,
     dump_messages,
 )
-from approvals.models import ModelRequestParameters, ModelSettings, infer_model
-from approvals.models.openai import PLACEHOLDER_API_KEY, OpenAIChatModel
+from approvals.engines.native.models import ModelRequestParameters, ModelSettings, infer_model
+from approvals.engines.native.models.openai import PLACEHOLDER_API_KEY, OpenAIChatModel
+from approvals.exceptions import ModelAPIError, ModelHTTPError
 
 from .wire_servers import WireServer, closed_port_url, openai_completion, openai_error, openai_server
 
@@ -580,7 +580,7 @@ def test_missing_credentials_raise_user_error() -> None:
 
 def test_missing_sdk_raises_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
-    monkeypatch.delitem(sys.modules, "approvals.models.openai")
+    monkeypatch.delitem(sys.modules, "approvals.engines.native.models.openai")
 
     with pytest.raises(UserError, match=r"install 'agent-approvals\[openai\]'"):
-        importlib.import_module("approvals.models.openai")
+        importlib.import_module("approvals.engines.native.models.openai")

@@ -12,9 +12,15 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset, FunctionToolset
 
-from approvals.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
+from approvals.engines.native.deferred import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolAnswered,
+    ToolApproved,
+    ToolDenied,
+)
+from approvals.engines.pydantic_ai import PydanticAIAgent
 from approvals.exceptions import InvalidDeferredResults, UserError
-from approvals.pydantic_ai import PydanticAIAgent
 
 from . import agents
 

@@ -13,8 +13,8 @@ import os
 from typing import Any
 
 from approvals import Agent, RunContext, ToolDefinition
-from approvals.models import ModelSettings
-from approvals.models.openai import OpenAIChatModel
+from approvals.engines.native.models import ModelSettings
+from approvals.engines.native.models.openai import OpenAIChatModel
 
 from ..llm_server import MODEL_ALIAS
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from approvals import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
-from approvals.messages import (
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -22,8 +22,8 @@ from approvals.messages import (
     UserPromptPart,
     load_messages,
 )
-from approvals.models import ModelRequestParameters, ModelSettings
-from approvals.models.openai import OpenAIChatModel
+from approvals.engines.native.models import ModelRequestParameters, ModelSettings
+from approvals.engines.native.models.openai import OpenAIChatModel
 
 from ..llm_server import MODEL_ALIAS, LocalModelServer
 from .agents import REFUNDS, make_refund_agent
@@ -110,7 +110,7 @@ def test_structured_output_when_the_server_refuses_required(
         model, output_type=RefundRequest, retries=3, model_settings={"temperature": 0.0, "seed": 3, "max_tokens": 96}
     )
 
-    with caplog.at_level(logging.WARNING, logger="approvals.models"):
+    with caplog.at_level(logging.WARNING, logger="approvals.engines.native.models"):
         result = agent.run_sync("Order A-7 should be refunded 12.50 euros. Extract the refund request.")
 
     assert "refused tool_choice='required'" in caplog.text

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from approvals import Agent, RunContext, Tool
-from approvals.models import TestModel
+from approvals.engines.native.models import TestModel
 
 STEP: list[tuple[str, dict[str, Any] | str]] = [
     ("lookup_order", {"order_id": "A-1"}),

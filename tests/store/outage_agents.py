@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from approvals import Agent, RunContext, Tool
-from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from approvals.models import AgentInfo, FunctionModel, TestModel
+from approvals.engines.native.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from approvals.engines.native.models import AgentInfo, FunctionModel, TestModel
 
 
 def slow_refund(ctx: RunContext[dict[str, Any]], order_id: str) -> str:

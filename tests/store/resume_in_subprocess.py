@@ -9,8 +9,8 @@ import sys
 
 import anyio
 
-from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Database, Store
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 
 async def main(url: str, run_id: str, lease_seconds: str) -> None:

@@ -20,13 +20,14 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import func, select
 
+from approvals.calls.verdicts import Approve
+from approvals.engines.pydantic_ai import PydanticAIAgent, SQLConversationStore
+from approvals.engines.pydantic_ai._conversation_data import synced
+from approvals.engines.pydantic_ai.engine import PYDANTIC_AI_FORMAT
 from approvals.exceptions import Forbidden
-from approvals.pydantic_ai import PydanticAIAgent, SQLConversationStore
-from approvals.pydantic_ai._conversation_data import synced
-from approvals.pydantic_ai.engine import PYDANTIC_AI_FORMAT
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import SYSTEM, Actor, Approve, PausedRun, Store
+from approvals.store import SYSTEM, Actor, PausedRun, Store
 from approvals.store.models import ConversationEntryRow, ConversationRecordRow, MessageRow
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from ..pydanticai import agents
 from .conftest import execute

@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from approvals.calls.states import CallStatus, RunStatus
 from approvals.store.audit import AUDIT_LOCK_KEY
 from approvals.store.hot_path_sql import (
     DROPPED_FUNCTIONS,
@@ -24,7 +25,6 @@ from approvals.store.hot_path_sql import (
     hot_path_statements,
 )
 from approvals.store.migrate import downgrade, upgrade
-from approvals.store.states import CallStatus, RunStatus
 
 from .conftest import BACKENDS
 from .test_migrations import empty_database

@@ -19,15 +19,16 @@ from hypothesis import strategies as st
 from sqlalchemy import bindparam, create_engine, pool, select, text, update
 
 from approvals import Agent
-from approvals._canonical import canonical_json, digest, legacy_canonical_json
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry, Resumer
+from approvals.calls.canonical import canonical_json, digest, legacy_canonical_json
+from approvals.calls.verdicts import Approve, EditAndApprove
+from approvals.engines.native.models import TestModel
 from approvals.service import ApprovalService
-from approvals.store import Actor, Approve, Database, EditAndApprove, Store
+from approvals.store import Actor, Database, Store
 from approvals.store.audit import GENESIS_HASH, event_content
 from approvals.store.db import json_text, normalize_url
 from approvals.store.migrate import downgrade, upgrade
 from approvals.store.models import AuditEventRow, JsonValue
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .conftest import BACKENDS, execute
 from .test_migrations import empty_database

@@ -23,10 +23,11 @@ import psycopg
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from approvals.resumer import AgentRegistry, run_worker
-from approvals.store import Actor, Approve, Database, Store
+from approvals.calls.verdicts import Approve
+from approvals.store import Actor, Database, Store
 from approvals.store.errors import is_transient
 from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry, run_worker
 
 from ..pg_cluster import own_cluster
 from .agents import email_agent, shop_agent

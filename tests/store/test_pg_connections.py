@@ -20,10 +20,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from approvals import Conflict, LeaseLost
-from approvals.messages import ModelResponse, TextPart
-from approvals.store import ClaimedRun, Database, Store, _pg
-from approvals.store._pg import pooled_connection
-from approvals.store.states import CallStatus
+from approvals.calls.states import CallStatus
+from approvals.engines.native.messages import ModelResponse, TextPart
+from approvals.store import ClaimedRun, Database, Store
+from approvals.store.backends import postgres
+from approvals.store.backends.postgres import pooled_connection
 
 from .conftest import BACKENDS, connections_in_use
 from .test_run_writes import decided_shop_run
@@ -132,7 +133,7 @@ async def test_a_step_is_one_round_trip_a_claim_three_and_the_writes_that_audit_
     run_id, ids = await decided_shop_run(store, tmp_path)
     store._stale_leases_checked_at = time.monotonic()  # no look for dead workers' runs now
     trace = tmp_path / "trace"
-    monkeypatch.setattr(_pg, "pooled_connection", lambda db: traced(db, trace))
+    monkeypatch.setattr(postgres, "pooled_connection", lambda db: traced(db, trace))
     costs = []
 
     async def cost(write: Awaitable[object]) -> object:

@@ -1,4 +1,4 @@
-"""PostgreSQL's decisions (`_pg_decisions`): two round trips, one write statement, a clean connection after a refusal.
+"""PostgreSQL's decisions (`postgres_decisions`): two round trips, one write, a clean connection after a refusal.
 
 Also what the decision reads with less Python: the call's column names known in advance,
 and the call filled as SQLAlchemy fills a loaded row (`loaded_call`, SQLite's path too).
@@ -24,16 +24,18 @@ import pytest
 from sqlalchemy import inspect
 
 from approvals import Conflict, NotFound
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Answer, Approve, Database, Deny, EditAndApprove, Store, Verdict, _pg_decisions
+from approvals.calls.states import CallStatus
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.store import Actor, Database, Store
 from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, for_psycopg, loaded_call
-from approvals.store._pg import pooled_connection
-from approvals.store._pg_decisions import pg_decide
 from approvals.store._run_writes import Tx
+from approvals.store.backends import postgres_decisions
+from approvals.store.backends.postgres import pooled_connection
+from approvals.store.backends.postgres_decisions import pg_decide
 from approvals.store.decisions import _decide
 from approvals.store.migrate import upgrade
 from approvals.store.models import ToolCallRow
-from approvals.store.states import CallStatus
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .agents import shop_agent
 from .conftest import BACKENDS, PG_SERVER, connections_in_use
@@ -126,7 +128,7 @@ async def test_a_decision_takes_two_round_trips(store: Store, tmp_path: Path, mo
         pytest.skip("PostgreSQL's decision path")
     (calls,) = await paused_runs(store, tmp_path, 1)
     trace = tmp_path / "trace"
-    monkeypatch.setattr(_pg_decisions, "pooled_connection", lambda db: traced(db, trace))
+    monkeypatch.setattr(postgres_decisions, "pooled_connection", lambda db: traced(db, trace))
     await store.decide(calls["refund"], Approve(), actor=ALICE)
     assert round_trips(trace) == 2
     assert (await store.get_call(calls["refund"])).status == "approved"

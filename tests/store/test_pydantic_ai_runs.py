@@ -17,15 +17,16 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolRet
 from sqlalchemy import select
 
 from approvals import InvalidEdit
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
+from approvals.engines.native.messages import ToolDeniedPart, as_approvals_messages
+from approvals.engines.native.messages import ToolReturnPart as OurToolReturnPart
+from approvals.engines.pydantic_ai import PydanticAIAgent
+from approvals.engines.pydantic_ai.engine import PYDANTIC_AI_FORMAT
 from approvals.exceptions import Conflict
-from approvals.messages import ToolDeniedPart, as_approvals_messages
-from approvals.messages import ToolReturnPart as OurToolReturnPart
-from approvals.pydantic_ai import PydanticAIAgent
-from approvals.pydantic_ai.engine import PYDANTIC_AI_FORMAT
-from approvals.resumer import AgentRegistry, Resumer
 from approvals.service import ApprovalService
-from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
+from approvals.store import Actor, Store
 from approvals.store.models import MessageRow
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from ..pydanticai import agents
 from .test_resumer import resume_in_subprocess

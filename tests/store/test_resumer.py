@@ -11,9 +11,10 @@ import anyio
 import pytest
 
 from approvals import Agent, LeaseLost, RunContext, Tool, UsageLimits
-from approvals.deferred import DeferredToolRequests
-from approvals.history_cache import HistoryCache
-from approvals.messages import (
+from approvals.calls.states import CallStatus
+from approvals.calls.verdicts import Answer, Approve, Deny
+from approvals.engines.native.deferred import DeferredToolRequests
+from approvals.engines.native.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -23,12 +24,12 @@ from approvals.messages import (
     Usage,
     UserPromptPart,
 )
-from approvals.models import FunctionModel
-from approvals.models.function import AgentInfo
-from approvals.resumer import AgentRegistry, Resumer, run_worker
-from approvals.store import Actor, Answer, Approve, Database, Deny, Store
-from approvals.store.states import CallStatus
-from approvals.usage import RunTotals
+from approvals.engines.native.models import FunctionModel
+from approvals.engines.native.models.function import AgentInfo
+from approvals.engines.native.usage import RunTotals
+from approvals.store import Actor, Database, Store
+from approvals.worker.history_cache import HistoryCache
+from approvals.worker.resumer import AgentRegistry, Resumer, run_worker
 
 from .agents import Gate, email_agent, shop_agent, slow_agent
 from .conftest import connections_in_use, record_refused_writes

@@ -14,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals import Conflict
-from approvals._canonical import canonical_json
-from approvals.messages import ModelResponse, TextPart
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Approve, Deny, Store
+from approvals.calls.canonical import canonical_json
+from approvals.calls.verdicts import Approve, Deny
+from approvals.engines.native.messages import ModelResponse, TextPart
+from approvals.store import Actor, Store
 from approvals.store.audit import AuditEvent, event_content
 from approvals.store.hot_path_sql import function_name
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .agents import email_agent, shop_agent
 from .conftest import BACKENDS

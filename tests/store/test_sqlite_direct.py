@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Connection, insert
 
-from approvals.messages import ModelResponse, TextPart
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Approve, Database, Deny, Store, lifecycle
+from approvals.calls.states import RunStatus
+from approvals.calls.verdicts import Approve, Deny
+from approvals.engines.native.messages import ModelResponse, TextPart
+from approvals.store import Actor, Database, Store, lifecycle
 from approvals.store._run_writes import Tx, apply_write
 from approvals.store._transaction import Transaction
 from approvals.store._writes import RunEvent, RunWrite
@@ -29,7 +30,7 @@ from approvals.store.decisions import _decide
 from approvals.store.lifecycle import _Claim, _claim_oldest
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow
-from approvals.store.states import RunStatus
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .agents import shop_agent
 

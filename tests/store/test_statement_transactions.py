@@ -23,8 +23,8 @@ from sqlalchemy import func, select, text, update
 
 from approvals.store import SYSTEM, Store
 from approvals.store._run_writes import Tx
-from approvals.store._sqlite_writes import CHECKPOINT_EVERY
 from approvals.store.audit import run_event
+from approvals.store.backends.sqlite_writes import CHECKPOINT_EVERY
 from approvals.store.models import AuditEventRow, RunRow
 
 pytestmark = pytest.mark.anyio

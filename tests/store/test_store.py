@@ -14,11 +14,12 @@ import pytest
 import sqlalchemy.exc
 
 from approvals import Conflict, Forbidden, NotFound, UserError
-from approvals.messages import ModelRequest, UserPromptPart
-from approvals.resumer import AgentRegistry, Resumer
-from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Store
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
+from approvals.engines.native.messages import ModelRequest, UserPromptPart
+from approvals.store import Actor, Store
 from approvals.store.audit import AUDIT_LOCK_KEY
 from approvals.store.models import ToolCallRow
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .agents import email_agent, shop_agent
 from .conftest import connections_in_use, execute
@@ -418,7 +419,7 @@ async def test_every_change_is_audited_and_tampering_is_detected(store: Store, t
 
 
 async def test_search_finds_non_ascii_arguments(store: Store) -> None:
-    from approvals.deferred import DeferredToolCall, DeferredToolRequests
+    from approvals.engines.native.deferred import DeferredToolCall, DeferredToolRequests
 
     run_id = await store.start_run("shop", "ship it", actor=SERVICE)
     await store.claim("w", run_id=run_id)

@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from approvals import Agent, RunContext
-from approvals.models import TestModel
-from approvals.resumer import AgentRegistry, run_worker
+from approvals.engines.native.models import TestModel
 from approvals.store import Actor, Store
+from approvals.worker.resumer import AgentRegistry, run_worker
 
 pytestmark = pytest.mark.anyio
 

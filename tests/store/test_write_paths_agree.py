@@ -2,7 +2,7 @@
 
 `_run_writes.write_steps` makes a write's statements. They run three ways: on SQLite one by
 one on the `sqlite3` cursor (`apply_write`), on PostgreSQL in a psycopg pipeline
-(`_pg.pg_run_write`), and on PostgreSQL through SQLAlchemy (`apply_write` in
+(`backends.postgres.pg_run_write`), and on PostgreSQL through SQLAlchemy (`apply_write` in
 `run_statements`, as crash recovery and paused runs take it). The same random sequence of
 writes goes to a database of each. After every write all three must have refused it the
 same way or stored the same rows, and their audit chains must have the same hashes: the one
@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import JSON, Table, delete, insert, select, text, update
 
-from approvals._canonical import canonical_json
-from approvals.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
+from approvals.calls.canonical import canonical_json
+from approvals.engines.native.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
+from approvals.engines.native.tools import ToolDefinition
 from approvals.store import Database, Store
 from approvals.store._run_writes import Tx, apply_write
 from approvals.store._writes import Interrupted, RunEvent, RunWrite, tool_definition_row
@@ -37,7 +38,6 @@ from approvals.store.models import (
     ToolCallRow,
     ToolDefinitionRow,
 )
-from approvals.tools import ToolDefinition
 
 from .conftest import BACKENDS
 from .test_migrations import empty_database

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from starlette.concurrency import run_in_threadpool
 
-from approvals.resumer import AgentRegistry, Resumer
 from approvals.store import Actor, Database, Store
 from approvals.store.queries import encode_cursor
+from approvals.worker.resumer import AgentRegistry, Resumer
 
 from ..store.agents import Gate, slow_agent
 from ..store.conftest import execute, record_refused_writes
@@ -183,7 +183,7 @@ async def test_a_paused_run_shows_its_history_and_calls(web: WebApp, tmp_path: P
 
 
 async def test_the_stored_history_comes_back_exactly(web: WebApp, tmp_path: Path) -> None:
-    from approvals.messages import dump_message
+    from approvals.engines.native.messages import dump_message
 
     run_id, _ = await paused_run(web, tmp_path)
     async with web.api("viewer") as api:

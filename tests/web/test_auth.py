@@ -12,9 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM, Actor, Database, Store
 from approvals.store.token_cache import TOKEN_CACHE_SECONDS
+from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

@@ -17,13 +17,14 @@ import anyio
 import pytest
 
 from approvals.calls import CallRequest
+from approvals.calls.states import CallStatus, RunStatus
+from approvals.calls.verdicts import Approve
 from approvals.engines import GateEngine, get_engine, register_engine
 from approvals.exceptions import Conflict, Forbidden, InvalidArguments, UserError
 from approvals.service import ApprovalService
 from approvals.store import Actor
 from approvals.store.calls import session_run_id
 from approvals.store.models import ToolCallRow
-from approvals.store.states import CallStatus, RunStatus
 
 from .conftest import WebApp
 
@@ -235,7 +236,7 @@ async def test_a_quorum_call_waits_for_two_people_and_the_caller_may_not_approve
     gate = ScriptedGate(web, {"refund": refund})
     call = await gate.ask(gate.request("refund", {"order_id": "A-4", "amount": 1}, approvals_required=2))
     with pytest.raises(Forbidden, match="service token"):
-        await web.store.decide(call.id, __import__("approvals.store", fromlist=["Approve"]).Approve(), actor=CLIENT)
+        await web.store.decide(call.id, Approve(), actor=CLIENT)
     first = await decide(web, call.id, {"verdict": "approve"}, role="reviewer")
     assert first.json()["status"] == "pending"
     assert (await gate.wait(call, seconds=0.05)).status == CallStatus.PENDING

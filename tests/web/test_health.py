@@ -8,7 +8,7 @@ import pytest
 
 from approvals.store import SYSTEM
 from approvals.store.migrate import upgrade
-from approvals.supervise import Supervisor
+from approvals.worker.supervise import Supervisor
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

@@ -20,9 +20,10 @@ import pytest
 from pydantic import BaseModel, Field
 
 from approvals import Agent, LeaseLost, RunContext, Tool
-from approvals.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
-from approvals.models import TestModel
-from approvals.store import Actor, Approve, Deny
+from approvals.calls.verdicts import Approve, Deny
+from approvals.engines.native.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from approvals.engines.native.models import TestModel
+from approvals.store import Actor
 from approvals.store.models import ToolCallRow
 from approvals_web import forms, pages, views
 

@@ -20,9 +20,9 @@ import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
-from approvals.resumer import AgentRegistry
 from approvals.store import SYSTEM
 from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 

@@ -27,12 +27,13 @@ from fastapi import FastAPI
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
+from approvals.calls.verdicts import Approve, Deny
+from approvals.channels.webhook_signature import verify_webhook
 from approvals.channels.webhooks import endpoint_key
-from approvals.resumer import AgentRegistry
-from approvals.store import SYSTEM, Actor, Approve, Database, Deny, Store
+from approvals.store import SYSTEM, Actor, Database, Store
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
-from approvals.webhook_signature import verify_webhook
+from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 from approvals_web.webhooks import deliver_webhooks

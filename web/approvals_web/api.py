@@ -19,11 +19,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from approvals.audit_csv import CSV_COLUMNS, csv_row
-from approvals.messages import as_approvals_messages
-from approvals.store import Answer, Approve, Deny, EditAndApprove, Store, Verdict
+from approvals.calls.states import CallStatus, RunStatus
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.engines.native.messages import as_approvals_messages
+from approvals.store import Store
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
-from approvals.store.states import CallStatus, RunStatus
 
 from .auth import (
     SAFE_METHODS,

@@ -17,12 +17,12 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from approvals.exceptions import ApprovalsError
-from approvals.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.service import ApprovalService
 from approvals.store import Database, Store
 from approvals.store.errors import describe, is_transient
-from approvals.supervise import Supervisor
 from approvals.worker import DelivererHealth
+from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
+from approvals.worker.supervise import Supervisor
 
 from . import api, docs, health, login, pages, problems
 from .auth import LoginRequired

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from approvals.resumer import AgentRegistry, WorkerHealth
 from approvals.service import ApprovalService
 from approvals.store import Database, Store
-from approvals.supervise import Supervisor
+from approvals.worker.resumer import AgentRegistry, WorkerHealth
+from approvals.worker.supervise import Supervisor
 
 from .settings import Settings
 

@@ -23,13 +23,14 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from approvals.calls.options import CallOptions, call_options, reviewer_refusal, run_options
+from approvals.calls.states import CallStatus, RunStatus
+from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.engines.native.messages import as_approvals_messages
+from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
-from approvals.messages import as_approvals_messages
-from approvals.store import Actor, Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.store import Actor
 from approvals.store.models import DecisionRow, ToolCallRow
 from approvals.store.queries import ReviewFacts
-from approvals.store.states import CallStatus, RunStatus
-from approvals.tools import ToolDefinition
 
 from . import forms, sse, views
 from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf

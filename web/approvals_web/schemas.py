@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from approvals.messages import ModelMessage
+from approvals.calls.states import CallStatus, RunStatus
+from approvals.engines.native.messages import ModelMessage
+from approvals.engines.native.tools import ToolDefinition
 from approvals.store.models import DecisionRow, ToolCallRow
-from approvals.store.states import CallStatus, RunStatus
-from approvals.tools import ToolDefinition
 
 
 def check_text(value: str) -> str:

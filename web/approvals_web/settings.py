@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from approvals.channels.webhooks import webhook_site
-from approvals.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
+from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
 
 class Settings(BaseSettings):

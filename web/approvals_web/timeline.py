@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from approvals.messages import (
+from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,

@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from approvals.calls.states import CallStatus, RunStatus
 from approvals.store.models import ToolCallRow
-from approvals.store.states import CallStatus, RunStatus
 
 _STATUS_TONE: dict[str, str] = {
     CallStatus.PENDING: "warn",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..calls.canonical import canonical_json, legacy_canonical_json
@@ -181,10 +181,6 @@ def event_document(event: _EventParts) -> dict[str, Any]:
 AUDIT_HEAD = select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)
 """The hash of the chain's last event (none before the first)."""
 INSERT_AUDIT_EVENTS = insert(AuditEventRow)
-LOCK_AUDIT_CHAIN = text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=AUDIT_LOCK_KEY)
-"""PostgreSQL: serialize appends until this transaction ends (taking it again is free)."""
-
-
 def chain(prev_hash: str, events: list[AuditEvent]) -> list[dict[str, Any]]:
     """Rows for `events`, each hashed over the one before, the first over `prev_hash`."""
     rows = []
@@ -198,13 +194,19 @@ def chain(prev_hash: str, events: list[AuditEvent]) -> list[dict[str, Any]]:
 def write_chained(connection: Connection, events: list[AuditEvent]) -> None:
     """Chain and insert events as the transaction's last statements.
 
-    The chain has one head, so appends are serialized: an advisory lock on PostgreSQL
-    (held until commit, which follows at once), `BEGIN IMMEDIATE` on SQLite.
+    The chain has one head, so appends are serialized. On PostgreSQL the server chains them
+    (`backends.postgres.chain_and_wake`: the chain's advisory lock, its head, the hash), the one
+    way the chain grows there; on SQLite, here, under the write lock (`BEGIN IMMEDIATE`).
     """
     if not events:
         return
     if connection.dialect.name == "postgresql":
-        connection.execute(LOCK_AUDIT_CHAIN)
+        from .backends.postgres import chain_and_wake  # it reaches the decision rules, which import this module
+
+        chained = chain_and_wake(events, ())
+        assert chained is not None, "there are events to chain"
+        connection.execute(*chained)
+        return
     prev = connection.scalar(AUDIT_HEAD) or GENESIS_HASH
     connection.execute(INSERT_AUDIT_EVENTS, chain(prev, events))
 

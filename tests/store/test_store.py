@@ -12,8 +12,10 @@ import anyio
 import psycopg
 import pytest
 import sqlalchemy.exc
+from sqlalchemy import event
 
 from approvals import Conflict, Forbidden, NotFound, UserError
+from approvals.audit import append_event
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
 from approvals.engines.native.messages import ModelRequest, UserPromptPart
 from approvals.store import Actor, Store
@@ -416,6 +418,31 @@ async def test_every_change_is_audited_and_tampering_is_detected(store: Store, t
     deleted = await store.verify_audit()
     assert not deleted.ok and deleted.first_bad_id == events[3].id
     assert "deleted or reordered" in (deleted.problem or "")
+
+
+async def test_the_public_append_extends_the_one_chain_the_way_the_store_does(store: Store) -> None:
+    """`approvals.audit.append_event` between the store's writes: one chain that verifies, and on
+    PostgreSQL the server chains the event, as it does every write's (no second way to hash there)."""
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    run_id = await store.start_run("shop", "ship it", actor=SERVICE)
+    event.listen(store.db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with store.db.write() as session:
+            await append_event(session, actor="ops", action="note.added", subject_type="run", subject_id=run_id)
+    finally:
+        event.remove(store.db.engine.sync_engine, "before_cursor_execute", seen)
+    await store.start_run("shop", "again", actor=SERVICE)
+
+    actions = [e.action for e in (await store.audit_events(newest_first=False)).items]
+    assert actions == ["run.started", "note.added", "run.started"]
+    assert (await store.verify_audit()).ok
+    if store.db.is_postgres:
+        assert any("approvals_audit_append_v2" in statement for statement in statements), statements
+        assert not any("pg_advisory_xact_lock" in statement for statement in statements), statements
 
 
 async def test_search_finds_non_ascii_arguments(store: Store) -> None:

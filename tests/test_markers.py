@@ -15,12 +15,13 @@ import pytest
 from .conftest import SLOW
 
 ROOT = Path(__file__).resolve().parents[1]
-TIERS = ("postgresql", "browser", "real_model", "chaos", "slow")
+TIERS = ("postgresql", "browser", "real_model", "chaos", "coding_cli", "slow")
 MODULES = [
     "tests/browser/test_api_docs.py",
     "tests/browser/test_pydantic_ai_real_model.py",
     "tests/real_model/test_agent_runs.py",
     "tests/chaos/test_checks.py",
+    "tests/clis/test_claude_code_harness.py",
     "tests/store/test_hot_path_sql.py",
     "tests/web/test_health.py",
     "tests/test_quickstart.py",
@@ -63,6 +64,8 @@ def test_each_tier_is_marked_and_quick_tests_are_not(marked: dict[str, set[str]]
     assert real_in_browser and all({"browser", "real_model"} <= marked[n] for n in real_in_browser)  # its fixture's
     assert marked["tests/real_model/test_agent_runs.py::test_run_sync_three_times_on_one_agent"] == {"real_model"}
     assert marked["tests/chaos/test_checks.py::test_an_untouched_run_keeps_every_promise[sqlite]"] == {"chaos"}
+    clis = [n for n in marked if n.startswith("tests/clis/")]
+    assert clis and all(marked[n] == {"coding_cli"} for n in clis)
 
     health = "tests/web/test_health.py::test_healthz_answers_and_readyz_says_what_is_ready"
     assert marked[f"{health}[postgresql]"] == {"postgresql"}  # the web fixture's db_url

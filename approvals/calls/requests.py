@@ -20,12 +20,21 @@ from ..engines.native.tools import Tool, ToolDefinition
 from ..exceptions import InvalidArguments, ToolRetryError, UserError
 from .canonical import digest, non_finite_path
 
-__all__ = ("ANY_OBJECT", "CallRequest", "ValidatedRequest", "validate_request", "validate_with_schema")
+__all__ = (
+    "ANY_OBJECT",
+    "MAX_APPROVAL_TTL",
+    "CallRequest",
+    "ValidatedRequest",
+    "validate_request",
+    "validate_with_schema",
+)
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 """The schema of a call whose caller gave none: any JSON object."""
 MAX_TOOL_NAME = 64
 MAX_NAME = 200
+MAX_APPROVAL_TTL = 366 * 24 * 3600.0
+"""A year and a day: the longest people may be given to decide a call."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,8 +78,8 @@ class CallRequest:
                 found.append(f"{name} must be at most {limit} characters")
         if self.approvals_required < 1:
             found.append("approvals_required must be at least 1")
-        if self.approval_ttl is not None and not self.approval_ttl > 0:
-            found.append("approval_ttl must be a positive number of seconds")
+        if self.approval_ttl is not None and not 0 < self.approval_ttl <= MAX_APPROVAL_TTL:
+            found.append(f"approval_ttl must be a positive number of seconds, at most {MAX_APPROVAL_TTL:g}")
         if self.json_schema is not None:
             found.extend(check_json_schema(self.json_schema))
         return found

@@ -5,10 +5,10 @@ framework, pydantic-ai); gates put approvals in front of an agent that runs else
 waits for the decision itself. The core never imports an optional engine: the registry
 loads one by its import path when it is first needed.
 
-Registered here: "native" (`native`, our `Agent`), and "pydantic_ai" by import path
-(`approvals.engines.pydantic_ai.engine`). A pydantic-ai agent can only reach us once pydantic-ai is
-imported, so that engine is imported to adopt agents or own messages only then, and for a
-stored history in its format (1001) whenever one is read.
+Registered here: "native" (`native`, our `Agent`), the gates ("gate" and one per coding CLI),
+and "pydantic_ai" by import path (`approvals.engines.pydantic_ai.engine`). A pydantic-ai agent
+can only reach us once pydantic-ai is imported, so that engine is imported to adopt agents or
+own messages only then, and for a stored history in its format (1001) whenever one is read.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .base import (
     register_engine,
     registered_engines,
 )
-from .gate import GateEngine
+from .gate import HOOK_ENGINES, GateEngine
 from .gate import engine as gate_engine
 from .native.engine import engine as native_engine
 
@@ -49,6 +49,8 @@ __all__ = (
 
 register_engine(native_engine)
 register_engine(gate_engine)
+for hook_engine in HOOK_ENGINES.values():
+    register_engine(hook_engine)
 register_engine(
     "approvals.engines.pydantic_ai.engine:engine",
     name="pydantic_ai",

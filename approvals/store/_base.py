@@ -47,7 +47,7 @@ class Actor:
         return self.scopes is None or scope in self.scopes
 
 
-TOKEN_SCOPES = ("runs:read", "runs:write", "runs:admin", "calls:read", "calls:decide", "audit:read")
+TOKEN_SCOPES = ("runs:read", "runs:write", "runs:admin", "calls:read", "calls:decide", "calls:ask", "audit:read")
 """What a token can be limited to; each API route needs one of them besides its role."""
 
 SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")

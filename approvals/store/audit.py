@@ -181,6 +181,8 @@ def event_document(event: _EventParts) -> dict[str, Any]:
 AUDIT_HEAD = select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)
 """The hash of the chain's last event (none before the first)."""
 INSERT_AUDIT_EVENTS = insert(AuditEventRow)
+
+
 def chain(prev_hash: str, events: list[AuditEvent]) -> list[dict[str, Any]]:
     """Rows for `events`, each hashed over the one before, the first over `prev_hash`."""
     rows = []

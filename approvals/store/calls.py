@@ -96,6 +96,12 @@ class CallOps(DecisionOps, Queries):
             raise UserError(f"A call's outcome is one of {', '.join(SETTLED_OUTCOMES)}, not {outcome!r}")
         return await self.run_statements(lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow()))
 
+    async def record_refusal(self, engine: str, reason: str, *, actor_id: str, details: dict[str, Any]) -> None:
+        """Audit a gate request refused for bad input before any call was stored (`call.refused`): who, through
+        which gate, and why. Nothing else is written."""
+        async with self.transaction() as tx:
+            tx.audit(actor_id, "call.refused", "gate", engine, details={"reason": reason, **details})
+
 
 def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime) -> tuple[ToolCallRow, bool]:
     request = validated.request

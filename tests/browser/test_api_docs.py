@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from .conftest import LiveServer
+from ..live_server import LiveServer
 
 
 def test_the_api_docs_render_with_nothing_from_other_sites(server: LiveServer, page: Page) -> None:

@@ -15,8 +15,8 @@ import anyio
 import pytest
 from playwright.sync_api import Page
 
+from ..live_server import LiveServer
 from .agents import PROMPT
-from .conftest import LiveServer
 
 
 @pytest.fixture

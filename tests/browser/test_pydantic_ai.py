@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from approvals.store import SYSTEM
 
-from .conftest import LiveServer
+from ..live_server import LiveServer
 
 
 def test_a_pydantic_ai_run_is_edited_approved_and_denied_in_the_browser(server: LiveServer, page: Page) -> None:

@@ -22,9 +22,9 @@ from approvals.store import SYSTEM
 from approvals.store.models import RunRow
 from approvals.worker.resumer import AgentRegistry
 
+from ..live_server import LiveServer, serving
 from ..llm_server import LocalModelServer
 from ..real_model.pydantic_ai_agents import REFUNDS, make_pydantic_ai_refund_agent
-from .conftest import LiveServer, serving
 
 PROMPT = "Please refund order A-1, 25 euros."
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
 
+from ..live_server import LiveServer
 from .agents import PROMPT
-from .conftest import LiveServer
 
 
 def _screenshot(page: Page, path: Path, max_height: int = 1200) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Browser, Dialog, Page, expect
 
-from .conftest import LiveServer
+from ..live_server import LiveServer
 from .xss import PAYLOADS
 
 

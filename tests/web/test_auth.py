@@ -278,15 +278,26 @@ async def test_the_sso_header_names_the_user_when_configured(web: WebApp, db_url
 # Roles on every route
 
 
+GATE_ROUTES = {
+    ("POST", "/api/gate/calls"),
+    ("GET", "/api/gate/calls/{call_id}"),
+    ("POST", "/api/gate/calls/{call_id}/outcome"),
+    ("POST", "/api/hooks/{cli}"),
+}
+"""Routes for agents, not people: API tokens only (no cookie session), a 200 denial from the hooks.
+tests/web/test_gate.py checks who may use them."""
+
+
 def api_routes(app: FastAPI, methods: set[str]) -> list[tuple[str, str]]:
-    """Every route under /api/ the app documents, as (method, path template)."""
-    return sorted(
+    """Every route under /api/ the app documents for people, as (method, path template); the gate's are apart."""
+    documented = {
         (method.upper(), path)
         for path, operations in app.openapi()["paths"].items()
         if path.startswith("/api/")
         for method in operations
-        if method.upper() in methods
-    )
+    }
+    assert documented >= GATE_ROUTES
+    return sorted((method, path) for method, path in documented - GATE_ROUTES if method in methods)
 
 
 def fill(path: str, run_id: str, call_id: str) -> str:

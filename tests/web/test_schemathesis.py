@@ -50,7 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     url = f"sqlite:///{path}"
     upgrade(url)
     app = create_app(
-        Settings(database_url=url, worker=False, secret_key="schemathesis"),
+        Settings(database_url=url, worker=False, secret_key="schemathesis", gate_max_wait=0.2),
         registry=AgentRegistry([shop_agent, email_agent]),
     )
     port = free_port()

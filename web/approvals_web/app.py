@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,13 +19,13 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from approvals.exceptions import ApprovalsError
 from approvals.service import ApprovalService
-from approvals.store import Database, Store
+from approvals.store import PENDING_CHANNEL, RUNS_CHANNEL, Database, Store
 from approvals.store.errors import describe, is_transient
 from approvals.worker import DelivererHealth
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import api, docs, health, login, pages, problems
+from . import api, docs, gate, health, login, pages, problems
 from .auth import LoginRequired
 from .context import AppContext
 from .hardening import SecurityMiddleware, reject_nul_in_url
@@ -52,6 +53,8 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         try:
             async with anyio.create_task_group() as group:
                 supervisor = Supervisor(group, stop)
+                # waiting callers (the gate's long polls, hooks, live pages) share one LISTEN connection per channel
+                await group.start(functools.partial(store.notifier.relay, (PENDING_CHANNEL, RUNS_CHANNEL), until=stop))
                 health = WorkerHealth()
                 service = ApprovalService(store, agents, background=group)
                 context = AppContext(
@@ -111,6 +114,8 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(docs.router)
     app.include_router(login.router)
     app.include_router(api.router)
+    app.include_router(gate.router)
+    app.include_router(gate.hooks_router)
     app.include_router(pages.router)
     _install_error_handlers(app)
     return app

@@ -26,6 +26,10 @@ def _input_name(path: tuple[str, ...]) -> str:
 Kind = Literal["string", "integer", "number", "scalar", "boolean", "enum", "object", "json"]
 
 
+COMMAND_FIELDS = frozenset({"command", "cmd", "script"})
+"""Argument names whose text is a shell command."""
+
+
 @dataclass
 class ArgField:
     """One argument (or a nested model's property) as a labelled field."""
@@ -62,6 +66,11 @@ class ArgField:
     @property
     def checked(self) -> bool:
         return self.input_value == "true"
+
+    @property
+    def is_command(self) -> bool:
+        """A shell command (a coding agent's `command`): shown as code, edited in a monospace box."""
+        return self.kind == "string" and self.path[-1] in COMMAND_FIELDS
 
 
 class _Schema:
@@ -285,7 +294,8 @@ def _field(
         input_value=input_value,
         options=options,
         children=children,
-        multiline=kind == "json" or (kind == "string" and ("\n" in input_value or len(input_value) > 80)),
+        multiline=kind == "json"
+        or (kind == "string" and ("\n" in input_value or len(input_value) > 80 or path[-1] in COMMAND_FIELDS)),
     )
 
 

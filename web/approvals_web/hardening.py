@@ -48,6 +48,11 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"The request body is larger than {limit} bytes.")
 
 
+SELF_LIMITED_PREFIX = "/api/hooks/"
+"""Routes that read their body within the limit themselves: a coding CLI's hook must get a denial it
+understands, not a 413 (most CLIs run the tool when a hook fails)."""
+
+
 class SecurityMiddleware:
     """Adds the security headers to every HTTP response and caps request bodies at `max_body_bytes`."""
 
@@ -71,6 +76,9 @@ class SecurityMiddleware:
                 message["headers"] = headers
             await send(message)
 
+        if str(scope.get("path", "")).startswith(SELF_LIMITED_PREFIX):  # they answer an oversized body themselves
+            await self.app(scope, receive, send_with_headers)
+            return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
             await _too_large(scope, send_with_headers, self.max_body_bytes)

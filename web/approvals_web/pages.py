@@ -25,6 +25,7 @@ from fastapi.responses import RedirectResponse, Response
 from approvals.calls.options import CallOptions, call_options, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
+from approvals.engines.base import EngineKind, get_engine
 from approvals.engines.native.messages import as_approvals_messages
 from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
@@ -238,8 +239,8 @@ async def _card(
     )
     try:
         tool_known = call.tool_name in context.registry.get(call.agent_name).agent.tools
-    except NotFound:
-        tool_known = False
+    except NotFound:  # an agent that runs elsewhere: its calls' edits are checked by the schema stored with them
+        tool_known = await _asked_through_a_gate(context, call)
     return Card(
         call=call,
         description=definition.description,
@@ -261,6 +262,11 @@ async def _card(
     )
 
 
+async def _asked_through_a_gate(context: AppContext, call: ToolCallRow) -> bool:
+    run = await context.store.get_run(call.run_id)
+    return get_engine(run.engine).kind is EngineKind.GATE
+
+
 async def _call_page(
     request: Request, context: AppContext, actor: Actor, call: ToolCallRow, focus: Card | None = None, status: int = 200
 ) -> Response:
@@ -272,10 +278,11 @@ async def _call_page(
     history = as_approvals_messages(await context.store.load_history(call.run_id))
     decisions = await context.store.decisions_for_run(call.run_id)
     entries = timeline(history, calls, decisions, current=[call.id])
+    session = [] if run.session_id is None else [c for c in reversed(calls) if c.id != call.id]
     return _page(
         request,
         "call.html",
-        {"call": call, "run": run, "cards": cards, "entries": entries},
+        {"call": call, "run": run, "cards": cards, "entries": entries, "session_calls": session},
         status=status,
     )
 

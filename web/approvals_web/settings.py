@@ -64,3 +64,7 @@ class Settings(BaseSettings):
     """Largest request body accepted; bigger ones get 413 before they are read."""
     expiring_soon_seconds: int = 15 * 60
     """Calls that expire within this many seconds are marked in the inbox."""
+    gate_max_wait: float = Field(default=600.0, ge=0)
+    """The longest a gate request or hook is held open waiting for a decision; longer waits are cut to it."""
+    public_url: str | None = None
+    """Where reviewers reach the app (`https://approvals.example.com`): links to calls in hook answers use it."""

@@ -9,50 +9,25 @@ settings, and any number of both share the work safely.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
-import anyio.abc
 
 from approvals.channels import webhooks
-from approvals.worker import DelivererHealth
 
 from .context import AppContext
 
 __all__ = ("deliver_webhooks",)
 
 
-async def deliver_webhooks(
-    context: AppContext,
-    stop: anyio.Event,
-    *,
-    backoff: float = 1.0,
-    max_backoff: float = 300.0,
-    request_timeout: float = webhooks.DEFAULT_REQUEST_TIMEOUT,
-    poll_interval: float = 5.0,
-    lease_seconds: float = 30.0,
-    shutdown_grace: float = 2.0,
-    owner: str | None = None,
-    health: DelivererHealth | None = None,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Deliver the app's webhooks until `stop` is set; `task_status` is started once every URL has its cursor.
+async def deliver_webhooks(context: AppContext, stop: anyio.Event, **options: Any) -> None:
+    """Deliver the app's webhooks until `stop` is set, with `approvals.channels.webhooks.deliver_webhooks`'s options.
 
-    The options are `approvals.channels.webhooks.deliver_webhooks`'s. The lease owner names
-    this process and the app's store, so run one deliverer per app at a time (a restarted
-    one takes its predecessor's leases back at once).
+    Its `task_status` is started once every URL has its cursor. The lease owner names this
+    process and the app's store, so run one deliverer per app at a time (a restarted one
+    takes its predecessor's leases back at once).
     """
     settings = context.settings
     await webhooks.deliver_webhooks(
-        context.store,
-        settings.webhook_urls,
-        stop,
-        secret_for=settings.secret_for_webhook,
-        backoff=backoff,
-        max_backoff=max_backoff,
-        request_timeout=request_timeout,
-        poll_interval=poll_interval,
-        lease_seconds=lease_seconds,
-        shutdown_grace=shutdown_grace,
-        owner=owner,
-        health=health,
-        task_status=task_status,
+        context.store, settings.webhook_urls, stop, secret_for=settings.secret_for_webhook, **options
     )

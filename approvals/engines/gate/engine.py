@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import EngineKind, HistoryCodec
+from ..base import EngineKind, HistoryCodec
 
 __all__ = ("GateEngine", "engine")
 
@@ -34,3 +34,6 @@ class GateEngine:
 
 engine = GateEngine("gate")
 """The generic gate: any program that asks over the API."""
+
+HOOK_ENGINES = {name: GateEngine(name) for name in ("claude_code", "codex", "gemini", "cursor")}
+"""The coding CLIs whose pre-tool hooks ask us (`approvals.engines.gate.hooks`), each a gate of its own."""

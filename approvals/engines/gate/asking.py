@@ -1,0 +1,104 @@
+"""Asking through a gate: request a decision, wait for it within a bound, and answer the caller.
+
+The generic gate (`ask`) answers in our own terms (`GateAnswer`) and lets errors be errors:
+its caller reads HTTP statuses. A coding CLI's hook (`ask_by_hook`) must always get an
+answer it understands, since most of them run the tool when the hook fails: every refusal
+of bad input is a denial in the CLI's format, logged and audited, with nothing stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...exceptions import ApprovalsError, Conflict, InvalidArguments, UserError
+from .answers import GateAnswer, answer_for
+from .hooks import Fallback, HookFormat, HookInputError, verdict_for
+
+if TYPE_CHECKING:
+    from ...calls.requests import CallRequest
+    from ...service import ApprovalService
+    from ...store import Actor
+
+__all__ = ("MAX_WAIT_SECONDS", "Asked", "ask", "ask_by_hook")
+
+logger = logging.getLogger("approvals.gate")
+
+MAX_WAIT_SECONDS = 3_600.0
+"""The longest a request may wait for its decision in one go; a caller asks again after it."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A gate request's outcome: the answer, and whether this request stored the call."""
+
+    answer: GateAnswer
+    created: bool
+
+
+async def ask(service: ApprovalService, request: CallRequest, *, actor: Actor, wait: float) -> Asked:
+    """Request a decision on one call and wait up to `wait` seconds for it (0: answer at once).
+
+    The same idempotency key (`CallRequest.tool_call_id`) in the same session gets the same
+    call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
+    """
+    call, created = await service.request_call(request, actor=actor)
+    if answer_for(call).decided or wait <= 0:
+        return Asked(answer_for(call), created)
+    waited = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
+    return Asked(answer_for(waited), created)
+
+
+async def ask_by_hook(
+    service: ApprovalService,
+    hook: HookFormat,
+    body: Any,
+    *,
+    actor: Actor,
+    wait: float,
+    fallback: Fallback,
+    call_url: Callable[[str], str],
+    approval_ttl: float | None = None,
+) -> dict[str, Any]:
+    """A coding CLI's hook input in, its answer out, in its own format; never an error.
+
+    Bad input, a refused request or a failure of ours is a denial naming the reason (and a
+    `call.refused` audit event where the input was at fault). A call nobody decided within
+    `wait` seconds gets `fallback`.
+    """
+    try:
+        request = hook.request(body, approval_ttl=approval_ttl)
+        asked = await ask(service, request, actor=actor, wait=wait)
+    except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
+        reason = _refusal(exc)
+        await _audit_refusal(service, hook, reason, actor, body)
+        return hook.denial(f"approvals refused this call: {reason}")
+    except ApprovalsError as exc:  # not found, forbidden: the token or the setup is at fault
+        logger.warning("%s hook from %s refused: %s", hook.cli, actor.id, exc)
+        return hook.denial(f"approvals refused this call: {exc}")
+    verdict = verdict_for(hook, asked.answer, fallback=fallback, call_url=call_url(asked.answer.call_id))
+    return hook.write(verdict)
+
+
+def _refusal(exc: Exception) -> str:
+    if isinstance(exc, InvalidArguments):
+        fields = "; ".join(f"{where or 'input'}: {message}" for where, message in exc.errors)
+        return f"the tool input is not valid ({fields})"
+    return str(exc)
+
+
+async def _audit_refusal(service: ApprovalService, hook: HookFormat, reason: str, actor: Actor, body: Any) -> None:
+    logger.warning("%s hook from %s refused: %s", hook.cli, actor.id, reason)
+    details: dict[str, Any] = {"cli": hook.cli}
+    if isinstance(body, dict):
+        details |= {
+            name: body[name][:200]
+            for name in ("session_id", "tool_name", "hook_event_name")
+            if isinstance(body.get(name), str)
+        }
+    try:
+        await service.store.record_refusal(hook.engine, reason, actor_id=actor.id, details=details)
+    except Exception:  # the denial stands even when the record cannot be written
+        logger.exception("could not audit a refused %s hook request", hook.cli)

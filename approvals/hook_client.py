@@ -1,0 +1,214 @@
+"""`approvals hook <cli>`: a coding CLI's command hook that asks our server and fails closed.
+
+The CLI runs it before a tool call with the hook's JSON on standard input. It sends that
+to `POST {APPROVALS_URL}/api/hooks/{cli}` with the token in `APPROVALS_TOKEN`, checks that the
+answer is one the CLI understands, and prints it. Anything else (the server down or
+restarting past the deadline, a timeout, an error status, an answer the CLI would not
+understand) blocks the tool: exit code 2 with the reason on standard error, which Claude
+Code, Codex and Gemini CLI read as "do not run it" and Cursor does with `failClosed`. A
+retry after a restart asks about the same call (the hook's tool call id is its key).
+
+Standard library only, and nothing of the rest of the package: a hook runs before every
+tool call, so it must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ("BLOCK", "HookFailed", "accepts", "ask_server", "main")
+
+BLOCK = 2
+"""The exit code that blocks the tool in every CLI we hook."""
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_WAIT = 55.0
+MAX_INPUT_BYTES = 1024 * 1024
+_RETRY_EVERY = 1.0
+RESTART_GRACE = 10.0
+"""Seconds beyond the wait the hook keeps asking a server that is unreachable or restarting."""
+
+
+class HookFailed(Exception):
+    """Why the hook could not get a decision; the tool is blocked with this message."""
+
+
+def _permission(value: Any, allowed: Sequence[str]) -> bool:
+    return isinstance(value, str) and value in allowed
+
+
+def _text_or_absent(output: Mapping[str, Any], name: str) -> bool:
+    return name not in output or isinstance(output[name], str)
+
+
+def _claude_code(output: Mapping[str, Any]) -> bool:
+    specific = output.get("hookSpecificOutput")
+    if set(output) != {"hookSpecificOutput"} or not isinstance(specific, dict):
+        return False
+    known = {"hookEventName", "permissionDecision", "permissionDecisionReason", "updatedInput"}
+    return (
+        set(specific) <= known
+        and specific.get("hookEventName") == "PreToolUse"
+        and _permission(specific.get("permissionDecision"), ("allow", "deny", "ask", "defer"))
+        and _text_or_absent(specific, "permissionDecisionReason")
+        and isinstance(specific.get("updatedInput", {}), dict)
+    )
+
+
+def _codex(output: Mapping[str, Any]) -> bool:
+    if output == {}:
+        return True
+    specific = output.get("hookSpecificOutput")
+    return (
+        set(output) == {"hookSpecificOutput"}
+        and isinstance(specific, dict)
+        and set(specific) == {"hookEventName", "permissionDecision", "permissionDecisionReason"}
+        and specific["hookEventName"] == "PreToolUse"
+        and specific["permissionDecision"] == "deny"
+        and isinstance(specific["permissionDecisionReason"], str)
+    )
+
+
+def _gemini(output: Mapping[str, Any]) -> bool:
+    return output == {} or (
+        set(output) == {"decision", "reason"} and output["decision"] == "deny" and isinstance(output["reason"], str)
+    )
+
+
+def _cursor(output: Mapping[str, Any]) -> bool:
+    return (
+        set(output) <= {"permission", "user_message", "agent_message", "updated_input"}
+        and _permission(output.get("permission"), ("allow", "deny", "ask"))
+        and _text_or_absent(output, "user_message")
+        and _text_or_absent(output, "agent_message")
+        and isinstance(output.get("updated_input", {}), dict)
+    )
+
+
+_ACCEPTS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "claude-code": _claude_code,
+    "codex": _codex,
+    "gemini": _gemini,
+    "cursor": _cursor,
+}
+CLIS = tuple(_ACCEPTS)
+
+
+def accepts(cli: str, output: Any) -> bool:
+    """Whether `output` is an answer `cli` reads as we mean it (a CLI that cannot read an answer runs the tool)."""
+    return isinstance(output, dict) and _ACCEPTS[cli](output)
+
+
+def ask_server(
+    cli: str,
+    hook_input: bytes,
+    *,
+    url: str,
+    token: str,
+    wait: float,
+    fallback: str | None = None,
+    grace: float = RESTART_GRACE,
+) -> dict[str, Any]:
+    """Our server's answer to this hook input, checked; `HookFailed` when there is none to trust.
+
+    Connection failures and 5xx answers are tried again for `wait` + `grace` seconds in all, so
+    a server that restarts while the hook waits is asked again, about the same call.
+    """
+    query = {"wait": f"{wait:g}"} | ({"fallback": fallback} if fallback else {})
+    endpoint = f"{url.rstrip('/')}/api/hooks/{urllib.parse.quote(cli)}?{urllib.parse.urlencode(query)}"
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise HookFailed(f"APPROVALS_URL must be an http(s) URL, not {url!r}")
+    deadline = time.monotonic() + wait + grace
+    last_problem = "no answer"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HookFailed(f"approvals gave no decision in time ({last_problem})")
+        request = urllib.request.Request(  # noqa: S310 (the scheme is checked above)
+            endpoint,
+            data=hook_input,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=remaining) as response:  # noqa: S310
+                body = response.read(MAX_INPUT_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500:
+                raise HookFailed(f"approvals refused the hook request (HTTP {exc.code})") from None
+            last_problem = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            last_problem = f"cannot reach {url}: {getattr(exc, 'reason', exc)}"
+        else:
+            try:
+                output = json.loads(body)
+            except ValueError:
+                raise HookFailed("approvals answered something that is not JSON") from None
+            if not accepts(cli, output):
+                raise HookFailed(f"approvals answered in a shape {cli} would not read as meant")
+            return dict(output)
+        time.sleep(min(_RETRY_EVERY, max(deadline - time.monotonic(), 0)))
+
+
+def main(argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
+    """`approvals hook <cli> [--wait S] [--grace S] [--fallback F] [--url U]`: the exit code (0, or `BLOCK`).
+
+    `--wait`: how long the server waits for a person before its fallback; `--grace`: how much
+    longer to keep asking a server that cannot be reached (a restart, say) before blocking.
+    """
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        cli, options = _parse(argv)
+        token = os.environ.get("APPROVALS_TOKEN", "").strip()
+        if not token:
+            raise HookFailed("APPROVALS_TOKEN is not set: the hook cannot ask approvals")
+        hook_input = stdin.read(MAX_INPUT_BYTES + 1)
+        if len(hook_input) > MAX_INPUT_BYTES:
+            raise HookFailed(f"the hook input is larger than {MAX_INPUT_BYTES} bytes")
+        output = ask_server(
+            cli,
+            hook_input,
+            url=options.get("url") or os.environ.get("APPROVALS_URL") or DEFAULT_URL,
+            token=token,
+            wait=float(options.get("wait", DEFAULT_WAIT)),
+            fallback=options.get("fallback"),
+            grace=float(options.get("grace", RESTART_GRACE)),
+        )
+    except (HookFailed, ValueError) as exc:
+        stderr.write(f"Blocked by approvals: {exc}\n")
+        stderr.flush()
+        return BLOCK
+    stdout.write(json.dumps(output) + "\n")
+    stdout.flush()
+    return 0
+
+
+def _parse(argv: Sequence[str]) -> tuple[str, dict[str, str]]:
+    if not argv or argv[0] not in _ACCEPTS:
+        choices = ",".join(CLIS)
+        raise HookFailed(f"usage: approvals hook {{{choices}}} [--wait S] [--grace S] [--fallback F] [--url URL]")
+    options: dict[str, str] = {}
+    rest = list(argv[1:])
+    while rest:
+        flag = rest.pop(0)
+        name, _, value = flag.partition("=")
+        if name not in ("--wait", "--fallback", "--url", "--grace"):
+            raise HookFailed(f"unknown option {flag!r}")
+        if not value:
+            if not rest:
+                raise HookFailed(f"{name} needs a value")
+            value = rest.pop(0)
+        options[name[2:]] = value
+    for seconds in ("wait", "grace"):
+        if seconds in options and not float(options[seconds]) >= 0:
+            raise HookFailed(f"--{seconds} takes seconds, 0 or more")
+    return argv[0], options

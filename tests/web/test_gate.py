@@ -1,0 +1,295 @@
+"""The gate over HTTP: any program asks about a call and waits for the decision; coding CLIs' hooks
+always get an answer in their own format. Real HTTP through the app, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from approvals import hook_client
+from approvals.engines.gate.hooks import FORMATS
+from approvals.store import SYSTEM
+
+from .conftest import WebApp
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
+    "required": ["order_id", "amount"],
+    "additionalProperties": False,
+}
+
+
+async def asking_client(web: WebApp, *, scopes: list[str] | None = None) -> httpx.AsyncClient:
+    """A client with a service token that may ask (and nothing else unless `scopes` say so)."""
+    token = await web.store.create_token("agent", role="reviewer", actor=SYSTEM, scopes=scopes or ["calls:ask"])
+    return web.client(headers={"Authorization": f"Bearer {token}"})
+
+
+def gate_call(**overrides: Any) -> dict[str, Any]:
+    return {
+        "source": "billing-service",
+        "session_id": "s-1",
+        "tool_name": "refund",
+        "args": {"order_id": "A-1", "amount": 12.5},
+        "idempotency_key": "call-1",
+        "json_schema": SCHEMA,
+        "description": "Refund an order",
+        "context": {"requested_by": "go-service"},
+        **overrides,
+    }
+
+
+async def decide(web: WebApp, call_id: str, body: dict[str, Any]) -> None:
+    async with web.api("reviewer") as reviewer:
+        response = await reviewer.post(f"/api/calls/{call_id}/decision", json=body)
+        assert response.status_code == 200, response.text
+
+
+async def test_ask_wait_decide_and_report_the_outcome(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        asked = await agent.post("/api/gate/calls", json=gate_call())
+        assert asked.status_code == 201, asked.text
+        call = asked.json()
+        assert call["decision"] == "pending" and call["url"].endswith(f"/calls/{call['call_id']}")
+
+        await decide(web, call["call_id"], {"verdict": "approve"})
+        answered = await agent.get(f"/api/gate/calls/{call['call_id']}", params={"wait": 5})
+        assert answered.json()["decision"] == "approved"
+        assert answered.json()["args"] == {"order_id": "A-1", "amount": 12.5}
+
+        again = await agent.post("/api/gate/calls", json=gate_call())  # the same key: the same call, no new one
+        assert again.status_code == 200 and again.json()["call_id"] == call["call_id"]
+        assert again.json()["decision"] == "approved"
+        other = await agent.post("/api/gate/calls", json=gate_call(args={"order_id": "A-1", "amount": 99}))
+        assert other.status_code == 409
+
+        settled = await agent.post(f"/api/gate/calls/{call['call_id']}/outcome", json={"outcome": "succeeded"})
+        assert settled.status_code == 200 and settled.json()["status"] == "succeeded"
+    calls = (await web.store.list_calls(status=None)).items
+    assert [c.id for c in calls if c.tool_name == "refund"] == [call["call_id"]]
+    assert (await web.store.verify_audit()).ok
+
+
+async def test_a_waiting_caller_hears_the_decision_while_it_waits(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        result: dict[str, Any] = {}
+
+        async def wait_for_it() -> None:
+            response = await agent.get(f"/api/gate/calls/{call['call_id']}", params={"wait": 30})
+            result.update(response.json())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_for_it)
+            await anyio.sleep(0.3)
+            await decide(web, call["call_id"], {"verdict": "deny", "reason": "Not this order."})
+        assert result["decision"] == "denied" and result["reason"] == "Not this order."
+
+
+async def test_arguments_are_checked_against_the_schema_and_nothing_is_stored(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        refused = await agent.post("/api/gate/calls", json=gate_call(args={"order_id": "A-1", "amount": -3}))
+        assert refused.status_code == 422
+        assert any("amount" in str(error) for error in refused.json()["errors"]), refused.json()
+    assert (await web.store.list_calls(status=None)).items == []
+
+
+async def test_a_time_to_decide_past_any_date_is_refused_not_a_server_error(web: WebApp) -> None:
+    """Found by schemathesis: a TTL of 1.8e308 s overflowed the expiry date (a 500)."""
+    async with await asking_client(web) as agent:
+        refused = await agent.post("/api/gate/calls", json=gate_call(approval_ttl=1.7976931348623157e308))
+        assert refused.status_code == 422
+        hooked = await hook(agent, claude_input(), ttl="1e308")
+        assert decision_of(hooked)[0] == "deny" and "ttl" in (decision_of(hooked)[1] or "")
+    assert (await web.store.list_calls(status=None)).items == []
+
+
+async def test_an_edit_comes_back_as_the_arguments_to_run(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        async with web.api("reviewer") as reviewer:
+            bad = await reviewer.post(
+                f"/api/calls/{call['call_id']}/decision", json={"verdict": "edit", "args": {"order_id": "A-1"}}
+            )
+            assert bad.status_code == 422  # the schema stored with the call checks the edit
+        await decide(web, call["call_id"], {"verdict": "edit", "args": {"order_id": "A-1", "amount": 5}})
+        answer = (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()
+        assert answer["decision"] == "approved" and answer["edited"] is True
+        assert answer["args"] == {"order_id": "A-1", "amount": 5}
+
+
+async def test_only_tokens_with_the_ask_scope_may_ask_and_asking_is_not_deciding(web: WebApp) -> None:
+    async with web.client() as nobody:
+        assert (await nobody.post("/api/gate/calls", json=gate_call())).status_code == 401
+    async with await asking_client(web, scopes=["calls:read"]) as reader:
+        assert (await reader.post("/api/gate/calls", json=gate_call())).status_code == 403
+    browser, csrf = await web.login("alice")  # a cookie session asks nothing, CSRF token or not
+    response = await browser.post("/api/gate/calls", json=gate_call(), headers={"X-CSRFToken": csrf})
+    await browser.aclose()
+    assert response.status_code == 401
+    async with await asking_client(web) as agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        decided = await agent.post(f"/api/calls/{call['call_id']}/decision", json={"verdict": "approve"})
+        assert decided.status_code == 403
+
+
+# Claude Code's HTTP hook, and the other CLIs' formats through the same endpoint
+
+
+def claude_input(**overrides: Any) -> dict[str, Any]:
+    return {
+        "session_id": "cc-session-1",
+        "transcript_path": "/home/dev/.claude/projects/x/t.jsonl",
+        "cwd": "/home/dev/project",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf build", "description": "Clean the build folder"},
+        "tool_use_id": "toolu_01",
+        **overrides,
+    }
+
+
+async def hook(client: httpx.AsyncClient, body: Any, cli: str = "claude-code", **params: Any) -> dict[str, Any]:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = await client.post(f"/api/hooks/{cli}", content=content, params={"wait": 0, **params})
+    assert response.status_code == 200, response.text  # never an error: Claude Code would run the tool
+    output: dict[str, Any] = response.json()
+    assert hook_client.accepts(cli, output), output
+    return output
+
+
+def decision_of(output: dict[str, Any]) -> tuple[str, str | None, Any]:
+    specific = output["hookSpecificOutput"]
+    return specific["permissionDecision"], specific.get("permissionDecisionReason"), specific.get("updatedInput")
+
+
+async def test_claude_code_allow_deny_edit_and_a_retry_finds_the_same_call(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        waiting = decision_of(await hook(agent, claude_input()))
+        assert waiting[0] == "deny" and "/calls/" in (waiting[1] or "")  # the default fallback names the call
+        [call] = (await web.store.list_calls()).items
+        assert call.context["cwd"] == "/home/dev/project" and call.args["command"] == "rm -rf build"
+
+        assert decision_of(await hook(agent, claude_input(), fallback="ask"))[0] == "ask"
+        assert decision_of(await hook(agent, claude_input(), fallback="defer"))[0] == "defer"
+        await decide(web, call.id, {"verdict": "edit", "args": {"command": "rm -rf build/tmp"}})
+        allowed = decision_of(await hook(agent, claude_input()))
+        assert allowed[0] == "allow" and allowed[2] == {"command": "rm -rf build/tmp"}
+        assert len((await web.store.list_calls(status=None)).items) == 1  # every retry found the same call
+
+        second = claude_input(tool_use_id="toolu_02", tool_input={"command": "git push --force"})
+        await hook(agent, second)
+        [pending] = (await web.store.list_calls()).items
+        await decide(web, pending.id, {"verdict": "deny", "reason": "Never force-push main."})
+        denied = decision_of(await hook(agent, second))
+        assert denied[0] == "deny" and "Never force-push main." in (denied[1] or "")
+
+
+async def test_an_edited_bash_command_is_validated(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        await hook(agent, claude_input())
+    [call] = (await web.store.list_calls()).items
+    async with web.api("reviewer") as reviewer:
+        response = await reviewer.post(
+            f"/api/calls/{call.id}/decision", json={"verdict": "edit", "args": {"command": ""}}
+        )
+        assert response.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "not JSON"),
+        ({"hook_event_name": "PostToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {}}, "PostToolUse"),
+        (claude_input(tool_input="rm -rf /"), "tool_input"),
+        (claude_input(session_id=""), "session_id"),
+        (claude_input(tool_input={"description": "no command"}), "command"),
+        (["a", "list"], "JSON object"),
+    ],
+)
+async def test_bad_hook_input_is_a_denial_that_says_why_and_nothing_is_stored(
+    web: WebApp, body: Any, reason: str
+) -> None:
+    async with await asking_client(web) as agent:
+        decision, said, _ = decision_of(await hook(agent, body))
+    assert decision == "deny" and reason in (said or ""), said
+    assert (await web.store.list_calls(status=None)).items == []
+
+
+async def test_refused_hook_input_is_audited(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        await hook(agent, claude_input(tool_input={"description": "no command"}))
+    [event] = [e for e in (await web.store.audit_events()).items if e.action == "call.refused"]
+    assert event.subject_id == "claude_code" and "command" in event.details["reason"]
+    assert event.details["tool_name"] == "Bash"
+
+
+async def test_an_oversized_body_and_a_bad_token_are_denials_not_errors(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        huge = json.dumps(claude_input(tool_input={"command": "x" * 2_000_000})).encode()
+        decision, said, _ = decision_of(await hook(agent, huge))
+        assert decision == "deny" and "larger than" in (said or "")
+    async with web.client(headers={"Authorization": "Bearer apv_not-a-token"}) as stranger:
+        decision, said, _ = decision_of(await hook(stranger, claude_input()))
+        assert decision == "deny" and "token" in (said or "")
+    async with web.client() as nobody:
+        assert decision_of(await hook(nobody, claude_input()))[0] == "deny"
+    assert (await web.store.list_calls(status=None)).items == []
+
+
+@pytest.mark.parametrize("cli", ["codex", "gemini", "cursor"])
+async def test_other_clis_get_their_own_format(web: WebApp, cli: str) -> None:
+    inputs = {
+        "codex": {**claude_input(), "session_id": "codex-1"},
+        "gemini": {
+            "session_id": "gemini-1",
+            "cwd": "/w",
+            "hook_event_name": "BeforeTool",
+            "timestamp": "2026-11-26T17:00:00Z",
+            "tool_name": "run_shell_command",
+            "tool_input": {"command": "rm -rf build"},
+        },
+        "cursor": {
+            "conversation_id": "cur-1",
+            "generation_id": "gen-1",
+            "hook_event_name": "beforeShellExecution",
+            "command": "rm -rf build",
+            "cwd": "/w",
+            "workspace_roots": ["/w"],
+        },
+    }
+    async with await asking_client(web) as agent:
+        waiting = await hook(agent, inputs[cli], cli)
+        assert waiting != {}  # not an allow
+        [call] = (await web.store.list_calls()).items
+        assert call.args["command"] == "rm -rf build"
+        await decide(web, call.id, {"verdict": "approve"})
+        allowed = await hook(agent, inputs[cli], cli)
+    assert allowed == ({"permission": "allow"} if cli == "cursor" else {})
+
+
+def test_every_answer_a_format_writes_is_one_its_cli_reads() -> None:
+    """The server's writer and the command client's check agree, for every verdict of every CLI."""
+    from approvals.engines.gate.hooks import Permission, Verdict
+
+    for cli, hook_format in FORMATS.items():
+        for permission in Permission:
+            for verdict in (
+                Verdict(permission),
+                Verdict(permission, "why"),
+                Verdict(permission, "edited", updated_input={"command": "ls"}),
+            ):
+                assert hook_client.accepts(cli, hook_format.write(verdict)), (cli, verdict)
+    assert not hook_client.accepts("codex", {"decision": "allow"})  # an unknown field: Codex would run the tool
+    assert not hook_client.accepts("codex", {"hookSpecificOutput": {"permissionDecision": "allow"}})
+    assert not hook_client.accepts("gemini", {"decision": "allow", "reason": "x"})
+    assert not hook_client.accepts("claude-code", {"hookSpecificOutput": {"permissionDecision": "maybe"}})
+    assert not hook_client.accepts("cursor", {"permission": "allow", "extra": 1})

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from approvals.calls.verdicts import Approve
+from approvals.store import SYSTEM, Actor
+from approvals.store.migrate import upgrade
+from approvals.worker.resumer import AgentRegistry
+
+from .live_server import serving
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -39,3 +50,39 @@ def test_readme_call_lifecycle_example_runs(capsys: pytest.CaptureFixture[str]) 
     assert block is not None, "the README lost its call lifecycle example markers"
     exec(compile(block.group(1), "README.md call lifecycle example", "exec"), {"__name__": "readme_call_example"})
     assert capsys.readouterr().out.splitlines() == ["refund pending", "succeeded refunded 250"]
+
+
+def test_readme_gate_curl_example_runs(tmp_path: Path) -> None:
+    """The README's curl example against a real server, with a reviewer approving while it waits."""
+    text = README.read_text()
+    block = re.search(r"<!-- gate-curl:start -->\s*```bash\n(.*?)```\s*<!-- gate-curl:end -->", text, re.S)
+    assert block is not None, "the README lost its gate curl example markers"
+    database = f"sqlite:///{tmp_path}/gate.db"
+    upgrade(database)
+    with serving(database, tmp_path, AgentRegistry(), users=False) as server:
+        token = server.call(server.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+        reviewer = Actor("rita", "reviewer")
+
+        def approve_when_asked() -> None:
+            deadline = time.monotonic() + 30
+            while not (pending := server.call(server.store.list_calls()).items):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            server.call(server.store.decide(pending[0].id, Approve(), actor=reviewer))
+
+        approver = threading.Thread(target=approve_when_asked)
+        approver.start()
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.group(1)],
+            env={**os.environ, "APPROVALS_URL": server.url, "APPROVALS_TOKEN": token},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        approver.join(timeout=30)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith(f"pending {server.url}/calls/")
+        assert lines[1] == "approved {'order_id': 'A-1', 'amount': 250}"
+        [call] = server.call(server.store.list_calls(status=None)).items
+        assert call.status == "succeeded" and call.result == "refunded 250"

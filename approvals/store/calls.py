@@ -62,8 +62,15 @@ class CallOps(DecisionOps, Queries):
         """
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not request calls")
-        if get_engine(validated.request.engine).kind is not EngineKind.GATE:
-            raise UserError(f"Engine {validated.request.engine!r} is not a gate: its runs pause through its worker")
+        request = validated.request
+        if get_engine(request.engine).kind is not EngineKind.GATE:
+            raise UserError(f"Engine {request.engine!r} is not a gate: its runs pause through its worker")
+        run_id = session_run_id(request.engine, request.source, request.session_id)
+        async with self.db.read() as session:  # asked before (a retry, a resumed CLI): no write needed
+            found = (await session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})).mappings()
+            row = found.one_or_none()
+        if row is not None:
+            return _same_call(loaded_call(dict(row)), validated), False
         return await self.run_statements(lambda tx: _request(tx, validated, actor.id, utcnow()))
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
@@ -131,15 +138,8 @@ def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetim
         raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
     existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
     found = existing.mappings().one_or_none()
-    if found is not None:
-        call = loaded_call(dict(found))
-        if call.args_digest != validated.args_digest or call.tool_name != request.tool_name:
-            raise Conflict(
-                f"Call {request.tool_call_id!r} of session {request.session_id!r} was asked for with other "
-                "arguments; a new call needs a new tool_call_id",
-                status=call.status,
-            )
-        return call, False
+    if found is not None:  # asked at the same moment by another request
+        return _same_call(loaded_call(dict(found)), validated), False
     tx.session.execute(insert_tool_definitions(dialect), [tool_definition_row(validated.definition, now)])
     row = {
         "id": uuid.uuid4().hex,
@@ -173,6 +173,18 @@ def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetim
     tx.announce(PENDING_CHANNEL, run_id)
     tx.announce(RUNS_CHANNEL, run_id)
     return call, True
+
+
+def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:
+    """The call asked for again under its key; a `Conflict` if the key now comes with other arguments."""
+    request = validated.request
+    if call.args_digest != validated.args_digest or call.tool_name != request.tool_name:
+        raise Conflict(
+            f"Call {request.tool_call_id!r} of session {request.session_id!r} was asked for with other "
+            "arguments; a new call needs a new tool_call_id",
+            status=call.status,
+        )
+    return call
 
 
 def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor, now: dt.datetime) -> ToolCallRow:

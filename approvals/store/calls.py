@@ -36,6 +36,9 @@ __all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
 CALLS = cast(Table, ToolCallRow.__table__)
 SETTLED_OUTCOMES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
 """What a caller may report of an approved call it ran: its outcome, or that it cannot tell."""
+_SETTLEABLE = (CallStatus.APPROVED, CallStatus.EXECUTING)
+"""What a caller may report the outcome of: an approved call, handed out or not. One whose outcome became unknown
+(the caller said so, or its session was cancelled while it ran) waits for a person, as a worker's does."""
 _WAKE_UP_EVERY = 1.0
 """Longest wait between looks at a call while waiting, should a wake-up be missed."""
 
@@ -102,6 +105,15 @@ class CallOps(DecisionOps, Queries):
         if outcome not in SETTLED_OUTCOMES:
             raise UserError(f"A call's outcome is one of {', '.join(SETTLED_OUTCOMES)}, not {outcome!r}")
         return await self.run_statements(lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow()))
+
+    async def hand_out(self, call_id: str, *, actor: Actor) -> ToolCallRow:
+        """The caller was told to run an approved call: it is `executing` from now on, its approvals used up.
+
+        So a cancel of the session meanwhile makes it `outcome_unknown` (it may have run) for a
+        person to settle, not `cancelled` (which would say it never ran). A call already handed
+        out (or settled) is returned as it stands.
+        """
+        return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor.id, utcnow()))
 
     async def record_refusal(self, engine: str, reason: str, *, actor_id: str, details: dict[str, Any]) -> None:
         """Audit a gate request refused for bad input before any call was stored (`call.refused`): who, through
@@ -187,6 +199,26 @@ def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:
     return call
 
 
+def _hand_out(tx: Tx, call_id: str, actor_id: str, now: dt.datetime) -> ToolCallRow:
+    run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
+    found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
+    if run is None or found is None:
+        raise NotFound(f"No call {call_id!r}")
+    fields = dict(found)
+    fields.pop("others_open")
+    call = loaded_call(fields)
+    if call.status != CallStatus.APPROVED:
+        return call
+    tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
+    tx.session.execute(
+        update(ToolCallRow).where(ToolCallRow.id == call.id).values(status=CallStatus.EXECUTING, updated_at=now)
+    )
+    call.status, call.updated_at = CallStatus.EXECUTING, now
+    tx.record(call_event(actor_id, "call.executing", call, {"args_digest": call.current_digest}, at=now))
+    tx.announce(RUNS_CHANNEL, call.run_id)
+    return call
+
+
 def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor, now: dt.datetime) -> ToolCallRow:
     run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
     found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
@@ -199,7 +231,7 @@ def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor
         raise UserError(f"Call {call_id!r} belongs to a run our worker continues; it settles its calls itself")
     if actor.id != run["started_by"] and not actor.can("admin"):
         raise Forbidden(f"{actor.id!r} did not ask for call {call_id!r} and may not settle it")
-    if call.status not in (CallStatus.APPROVED, CallStatus.EXECUTING):
+    if call.status not in _SETTLEABLE:
         raise Conflict(f"Call {call_id!r} is {call.status}: only an approved call is settled", status=call.status)
     if call.status == CallStatus.APPROVED:
         tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})

@@ -62,6 +62,7 @@ async def test_ask_wait_decide_and_report_the_outcome(web: WebApp) -> None:
         await decide(web, call["call_id"], {"verdict": "approve"})
         answered = await agent.get(f"/api/gate/calls/{call['call_id']}", params={"wait": 5})
         assert answered.json()["decision"] == "approved"
+        assert answered.json()["status"] == "executing"  # handed out: the caller runs it now
         assert answered.json()["args"] == {"order_id": "A-1", "amount": 12.5}
 
         again = await agent.post("/api/gate/calls", json=gate_call())  # the same key: the same call, no new one
@@ -74,6 +75,25 @@ async def test_ask_wait_decide_and_report_the_outcome(web: WebApp) -> None:
         assert settled.status_code == 200 and settled.json()["status"] == "succeeded"
     calls = (await web.store.list_calls(status=None)).items
     assert [c.id for c in calls if c.tool_name == "refund"] == [call["call_id"]]
+    assert (await web.store.verify_audit()).ok
+
+
+async def test_a_session_cancelled_while_the_caller_runs_the_call_leaves_it_to_a_person(web: WebApp) -> None:
+    """Handed out, the call is executing: a cancel makes it outcome_unknown (it may have run), not cancelled,
+    and the caller's late report is refused, as a cancelled run's worker's writes are."""
+    async with await asking_client(web) as agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        await decide(web, call["call_id"], {"verdict": "approve"})
+        assert (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()["status"] == "executing"
+        async with web.api("admin") as admin:
+            run_id = (await web.store.get_call(call["call_id"])).run_id
+            assert (await admin.post(f"/api/runs/{run_id}/cancel", json={"reason": "stop"})).status_code == 200
+        assert (await web.store.get_call(call["call_id"])).status == "outcome_unknown"
+        report = {"outcome": "succeeded", "result": "refunded"}
+        late = await agent.post(f"/api/gate/calls/{call['call_id']}/outcome", json=report)
+        assert late.status_code == 409
+    inbox = (await web.store.list_calls(status="outcome_unknown")).items
+    assert [c.id for c in inbox] == [call["call_id"]]
     assert (await web.store.verify_audit()).ok
 
 
@@ -293,3 +313,24 @@ def test_every_answer_a_format_writes_is_one_its_cli_reads() -> None:
     assert not hook_client.accepts("gemini", {"decision": "allow", "reason": "x"})
     assert not hook_client.accepts("claude-code", {"hookSpecificOutput": {"permissionDecision": "maybe"}})
     assert not hook_client.accepts("cursor", {"permission": "allow", "extra": 1})
+
+
+async def test_the_call_page_shows_the_command_the_folder_and_the_sessions_other_calls(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        await hook(agent, claude_input(tool_use_id="toolu_a", tool_input={"command": "ls -la"}))
+        evil = {"command": "echo '<script>alert(1)</script>' && rm -rf build"}
+        await hook(agent, claude_input(tool_use_id="toolu_b", tool_input=evil, cwd="/srv/<b>app</b>"))
+    calls = (await web.store.list_calls()).items
+    latest = next(c for c in calls if c.tool_call_id == "toolu_b")
+    browser, _ = await web.login("alice")
+    page = (await browser.get(f"/calls/{latest.id}")).text
+    await browser.aclose()
+    assert (
+        '<pre class="value command">echo &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; &amp;&amp; rm -rf build</pre>'
+        in page
+    )
+    assert "<script>alert(1)" not in page
+    assert "/srv/&lt;b&gt;app&lt;/b&gt;" in page  # the working directory, escaped
+    assert "This session" in page and '<pre class="command">ls -la</pre>' in page  # the earlier call
+    assert f'action="/calls/{latest.id}/edit"' in page  # a gate call's edit is checked by its stored schema
+    assert 'class="command"' in page.split(f'action="/calls/{latest.id}/edit"', 1)[1]  # a monospace box

@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 from approvals.calls.requests import MAX_APPROVAL_TTL, CallRequest
 from approvals.calls.states import CallStatus
-from approvals.engines.gate.answers import GateAnswer, answer_for
-from approvals.engines.gate.asking import MAX_WAIT_SECONDS, ask, ask_by_hook
+from approvals.engines.gate.answers import GateAnswer
+from approvals.engines.gate.asking import MAX_WAIT_SECONDS, ask, ask_by_hook, wait_for
 from approvals.engines.gate.hooks import FORMATS, Fallback, HookFormat
 from approvals.store import Actor
 
@@ -185,11 +185,8 @@ async def ask_call(
 async def wait_for_call(
     call_id: Name, actor: AskingActor, context: ContextDep, request: Request, wait: Wait = 0
 ) -> GateAnswerOut:
-    call = await context.store.get_call(call_id)
-    wait = _bounded(context, wait)
-    if answer_for(call).decided or wait <= 0:
-        return GateAnswerOut.build(answer_for(call), request)
-    return GateAnswerOut.build(answer_for(await context.store.wait_for_decision(call_id, seconds=wait)), request)
+    answer = await wait_for(context.service, call_id, actor=actor, wait=_bounded(context, wait))
+    return GateAnswerOut.build(answer, request)
 
 
 def _bounded(context: AppContext, wait: float) -> float:

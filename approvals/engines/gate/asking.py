@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...calls.states import CallStatus
 from ...exceptions import ApprovalsError, Conflict, InvalidArguments, UserError
 from .answers import GateAnswer, answer_for
 from .hooks import Fallback, HookFormat, HookInputError, verdict_for
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from ...calls.requests import CallRequest
     from ...service import ApprovalService
     from ...store import Actor
+    from ...store.models import ToolCallRow
 
-__all__ = ("MAX_WAIT_SECONDS", "Asked", "ask", "ask_by_hook")
+__all__ = ("MAX_WAIT_SECONDS", "Asked", "ask", "ask_by_hook", "wait_for")
 
 logger = logging.getLogger("approvals.gate")
 
@@ -45,10 +47,20 @@ async def ask(service: ApprovalService, request: CallRequest, *, actor: Actor, w
     call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
     """
     call, created = await service.request_call(request, actor=actor)
-    if answer_for(call).decided or wait <= 0:
-        return Asked(answer_for(call), created)
-    waited = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
-    return Asked(answer_for(waited), created)
+    return Asked(await _answered(service, call, actor=actor, wait=wait), created)
+
+
+async def wait_for(service: ApprovalService, call_id: str, *, actor: Actor, wait: float) -> GateAnswer:
+    """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call)."""
+    return await _answered(service, await service.store.get_call(call_id), actor=actor, wait=wait)
+
+
+async def _answered(service: ApprovalService, call: ToolCallRow, *, actor: Actor, wait: float) -> GateAnswer:
+    if not answer_for(call).decided and wait > 0:
+        call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
+    if call.status == CallStatus.APPROVED:  # the caller runs it now: handed out, it is executing
+        call = await service.store.hand_out(call.id, actor=actor)
+    return answer_for(call)
 
 
 async def ask_by_hook(

@@ -113,7 +113,7 @@ class CallOps(DecisionOps, Queries):
         person to settle, not `cancelled` (which would say it never ran). A call already handed
         out (or settled) is returned as it stands.
         """
-        return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor.id, utcnow()))
+        return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor, utcnow()))
 
     async def record_refusal(self, engine: str, reason: str, *, actor_id: str, details: dict[str, Any]) -> None:
         """Audit a gate request refused for bad input before any call was stored (`call.refused`): who, through
@@ -199,14 +199,23 @@ def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:
     return call
 
 
-def _hand_out(tx: Tx, call_id: str, actor_id: str, now: dt.datetime) -> ToolCallRow:
+def _requested_call(tx: Tx, call_id: str, actor: Actor) -> ToolCallRow:
+    """A gate's call, locked, for the one who asked for it (the session's requester) or an admin."""
     run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
     found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
     if run is None or found is None:
         raise NotFound(f"No call {call_id!r}")
     fields = dict(found)
     fields.pop("others_open")
-    call = loaded_call(fields)
+    if get_engine(run["engine"]).kind is not EngineKind.GATE:
+        raise UserError(f"Call {call_id!r} belongs to a run our worker continues; it settles its calls itself")
+    if actor.id != run["started_by"] and not actor.can("admin"):
+        raise Forbidden(f"{actor.id!r} did not ask for call {call_id!r}")
+    return loaded_call(fields)
+
+
+def _hand_out(tx: Tx, call_id: str, actor: Actor, now: dt.datetime) -> ToolCallRow:
+    call = _requested_call(tx, call_id, actor)
     if call.status != CallStatus.APPROVED:
         return call
     tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
@@ -214,23 +223,13 @@ def _hand_out(tx: Tx, call_id: str, actor_id: str, now: dt.datetime) -> ToolCall
         update(ToolCallRow).where(ToolCallRow.id == call.id).values(status=CallStatus.EXECUTING, updated_at=now)
     )
     call.status, call.updated_at = CallStatus.EXECUTING, now
-    tx.record(call_event(actor_id, "call.executing", call, {"args_digest": call.current_digest}, at=now))
+    tx.record(call_event(actor.id, "call.executing", call, {"args_digest": call.current_digest}, at=now))
     tx.announce(RUNS_CHANNEL, call.run_id)
     return call
 
 
 def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor, now: dt.datetime) -> ToolCallRow:
-    run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
-    found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
-    if run is None or found is None:
-        raise NotFound(f"No call {call_id!r}")
-    fields = dict(found)
-    fields.pop("others_open")
-    call = loaded_call(fields)
-    if get_engine(run["engine"]).kind is not EngineKind.GATE:
-        raise UserError(f"Call {call_id!r} belongs to a run our worker continues; it settles its calls itself")
-    if actor.id != run["started_by"] and not actor.can("admin"):
-        raise Forbidden(f"{actor.id!r} did not ask for call {call_id!r} and may not settle it")
+    call = _requested_call(tx, call_id, actor)
     if call.status not in _SETTLEABLE:
         raise Conflict(f"Call {call_id!r} is {call.status}: only an approved call is settled", status=call.status)
     if call.status == CallStatus.APPROVED:

@@ -26,9 +26,9 @@ SCHEMA = {
 }
 
 
-async def asking_client(web: WebApp, *, scopes: list[str] | None = None) -> httpx.AsyncClient:
+async def asking_client(web: WebApp, *, scopes: list[str] | None = None, name: str = "agent") -> httpx.AsyncClient:
     """A client with a service token that may ask (and nothing else unless `scopes` say so)."""
-    token = await web.store.create_token("agent", role="reviewer", actor=SYSTEM, scopes=scopes or ["calls:ask"])
+    token = await web.store.create_token(name, role="reviewer", actor=SYSTEM, scopes=scopes or ["calls:ask"])
     return web.client(headers={"Authorization": f"Bearer {token}"})
 
 
@@ -334,3 +334,13 @@ async def test_the_call_page_shows_the_command_the_folder_and_the_sessions_other
     assert "This session" in page and '<pre class="command">ls -la</pre>' in page  # the earlier call
     assert f'action="/calls/{latest.id}/edit"' in page  # a gate call's edit is checked by its stored schema
     assert 'class="command"' in page.split(f'action="/calls/{latest.id}/edit"', 1)[1]  # a monospace box
+
+
+async def test_only_the_asker_is_handed_its_approval(web: WebApp) -> None:
+    async with await asking_client(web) as agent, await asking_client(web, name="other-agent") as other_agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        await decide(web, call["call_id"], {"verdict": "approve"})
+        taken = await other_agent.get(f"/api/gate/calls/{call['call_id']}")
+        assert taken.status_code == 403
+        assert (await web.store.get_call(call["call_id"])).status == "approved"  # still the asker's to run
+        assert (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()["status"] == "executing"

@@ -62,6 +62,11 @@ class CallRequest:
     approvals_required: int = 1
     approval_ttl: float | None = None
     """Seconds people have to decide before the call expires (a denial the caller reads)."""
+    same_arguments_same_call: bool = False
+    """Whether asking again with the same tool and arguments in the session, under another key, is the same call
+    while that call waits or is approved and not yet handed out. A coding CLI's retry has a new tool call id, but
+    is the model asking again (after "it waits for approval", or with a reviewer's edit); a service's two
+    identical refunds are two calls, so the generic gate leaves this off."""
 
     def problems(self) -> list[str]:
         """What makes the request unusable, before anything is validated or stored."""

@@ -46,6 +46,18 @@ _SESSION_RUN = (
     select(RunRow.engine, RunRow.agent_name, RunRow.status).where(RunRow.id == bindparam("run_id")).with_for_update()
 )
 _CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
+_CALL_BY_ARGUMENTS = (
+    select(CALLS)
+    .where(
+        ToolCallRow.run_id == bindparam("run_id"),
+        ToolCallRow.tool_name == bindparam("tool_name"),
+        ToolCallRow.current_digest == bindparam("digest"),
+        ToolCallRow.status.in_((CallStatus.PENDING, CallStatus.APPROVED)),
+    )
+    .order_by(ToolCallRow.created_at)
+    .limit(1)
+)
+"""A call of the session for these very arguments that waits, or is approved and not yet handed out."""
 
 
 def session_run_id(engine: str, source: str, session_id: str) -> str:
@@ -72,6 +84,11 @@ class CallOps(DecisionOps, Queries):
         async with self.db.read() as session:  # asked before (a retry, a resumed CLI): no write needed
             found = (await session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})).mappings()
             row = found.one_or_none()
+            if row is None and request.same_arguments_same_call:
+                same = {"run_id": run_id, "tool_name": request.tool_name, "digest": validated.args_digest}
+                row = (await session.execute(_CALL_BY_ARGUMENTS, same)).mappings().first()
+                if row is not None:
+                    return loaded_call(dict(row)), False
         if row is not None:
             return _same_call(loaded_call(dict(row)), validated), False
         return await self.run_statements(lambda tx: _request(tx, validated, actor.id, utcnow()))

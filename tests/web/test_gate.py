@@ -344,3 +344,36 @@ async def test_only_the_asker_is_handed_its_approval(web: WebApp) -> None:
         assert taken.status_code == 403
         assert (await web.store.get_call(call["call_id"])).status == "approved"  # still the asker's to run
         assert (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()["status"] == "executing"
+
+
+def codex_input(tool_use_id: str, command: str) -> dict[str, Any]:
+    return {**claude_input(tool_use_id=tool_use_id, tool_input={"command": command}), "session_id": "codex-7"}
+
+
+async def test_a_cli_asking_again_with_the_same_input_finds_the_waiting_call(web: WebApp) -> None:
+    """The model retries after "it waits for approval" with a new tool call id: the same call, not a second one."""
+    async with await asking_client(web) as agent:
+        first = await hook(agent, codex_input("call_1", "make deploy"), "codex")
+        assert "waits for a person" in first["hookSpecificOutput"]["permissionDecisionReason"]
+        await hook(agent, codex_input("call_2", "make deploy"), "codex")
+        [call] = (await web.store.list_calls(status=None)).items
+        await decide(web, call.id, {"verdict": "approve"})
+        assert await hook(agent, codex_input("call_3", "make deploy"), "codex") == {}
+        assert (await web.store.get_call(call.id)).status == "executing"
+        # handed out, it is done with: the same command later is a new call
+        assert await hook(agent, codex_input("call_4", "make deploy"), "codex") != {}
+    assert len((await web.store.list_calls(status=None)).items) == 2
+
+
+async def test_an_edit_a_cli_cannot_apply_is_run_once_the_model_asks_with_the_edited_input(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        await hook(agent, codex_input("call_1", "rm -rf /srv/app"), "codex")
+        [call] = (await web.store.list_calls()).items
+        await decide(web, call.id, {"verdict": "edit", "args": {"command": "rm -rf /srv/app/tmp"}})
+        told = (await hook(agent, codex_input("call_1", "rm -rf /srv/app"), "codex"))["hookSpecificOutput"]
+        assert told["permissionDecision"] == "deny" and '"rm -rf /srv/app/tmp"' in told["permissionDecisionReason"]
+        assert not told["permissionDecisionReason"].endswith(".")  # Codex adds ". Command: ..." itself
+        assert (await web.store.get_call(call.id)).status == "approved"  # nothing was handed out to run
+        assert await hook(agent, codex_input("call_2", "rm -rf /srv/app/tmp"), "codex") == {}
+        assert (await web.store.get_call(call.id)).status == "executing"
+    assert len((await web.store.list_calls(status=None)).items) == 1

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...calls.states import CallStatus
 from ...exceptions import ApprovalsError, Conflict, InvalidArguments, UserError
 from .answers import GateAnswer, answer_for
-from .hooks import Fallback, HookFormat, HookInputError, verdict_for
+from .hooks import Fallback, HookFormat, HookInputError, Permission, verdict_for
 
 if TYPE_CHECKING:
     from ...calls.requests import CallRequest
@@ -55,10 +55,12 @@ async def wait_for(service: ApprovalService, call_id: str, *, actor: Actor, wait
     return await _answered(service, await service.store.get_call(call_id), actor=actor, wait=wait)
 
 
-async def _answered(service: ApprovalService, call: ToolCallRow, *, actor: Actor, wait: float) -> GateAnswer:
+async def _answered(
+    service: ApprovalService, call: ToolCallRow, *, actor: Actor, wait: float, hand_out: bool = True
+) -> GateAnswer:
     if not answer_for(call).decided and wait > 0:
         call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
-    if call.status == CallStatus.APPROVED:  # the caller runs it now: handed out, it is executing
+    if hand_out and call.status == CallStatus.APPROVED:  # the caller runs it now: handed out, it is executing
         call = await service.store.hand_out(call.id, actor=actor)
     return answer_for(call)
 
@@ -82,7 +84,11 @@ async def ask_by_hook(
     """
     try:
         request = hook.request(body, approval_ttl=approval_ttl)
-        asked = await ask(service, request, actor=actor, wait=wait)
+        call, _ = await service.request_call(request, actor=actor)
+        answer = await _answered(service, call, actor=actor, wait=wait, hand_out=False)
+        verdict = verdict_for(hook, answer, fallback=fallback, call_url=call_url(answer.call_id), asked=request.args)
+        if verdict.permission is Permission.ALLOW:  # only what the CLI will run is handed out
+            await service.store.hand_out(answer.call_id, actor=actor)
     except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
         reason = _refusal(exc)
         await _audit_refusal(service, hook, reason, actor, body)
@@ -90,7 +96,6 @@ async def ask_by_hook(
     except ApprovalsError as exc:  # not found, forbidden: the token or the setup is at fault
         logger.warning("%s hook from %s refused: %s", hook.cli, actor.id, exc)
         return hook.denial(f"approvals refused this call: {exc}")
-    verdict = verdict_for(hook, asked.answer, fallback=fallback, call_url=call_url(asked.answer.call_id))
     return hook.write(verdict)
 
 

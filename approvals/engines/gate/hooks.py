@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ...calls.canonical import canonical_json
+from ...calls.canonical import canonical_json, digest
 from ...calls.requests import CallRequest
 from .answers import Decision, GateAnswer
 
@@ -137,6 +137,7 @@ class HookFormat:
             description=description,
             context=context,
             approval_ttl=approval_ttl,
+            same_arguments_same_call=True,
         )
 
     def _tool_call(self, body: Mapping[str, Any], event: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -176,7 +177,7 @@ class HookFormat:
         if self.cli == "codex":
             if permission is Permission.ALLOW:
                 return {}
-            reason = verdict.reason or "Denied by approvals."
+            reason = (verdict.reason or "Denied by approvals").rstrip(". ")  # Codex adds ". Command: ..."
             return {
                 "hookSpecificOutput": {
                     "hookEventName": "PreToolUse",
@@ -249,11 +250,17 @@ def hook_format(cli: str) -> HookFormat:
         raise KeyError(f"No hook format {cli!r}; known: {', '.join(FORMATS)}") from None
 
 
-def verdict_for(hook: HookFormat, answer: GateAnswer, *, fallback: Fallback, call_url: str) -> Verdict:
-    """What the hook answers for a call's decision, or, while it still waits, the fallback."""
+def verdict_for(
+    hook: HookFormat, answer: GateAnswer, *, fallback: Fallback, call_url: str, asked: Mapping[str, Any] | None = None
+) -> Verdict:
+    """What the hook answers for a call's decision, or, while it still waits, the fallback.
+
+    `asked` is the input the CLI is about to run: when a reviewer's edit is exactly that (the
+    model asked again with the edited input), the CLI may run it as it is.
+    """
     decision = answer.decision
     if decision is Decision.APPROVED:
-        if not answer.edited:
+        if not answer.edited or (asked is not None and digest(dict(asked)) == digest(answer.args)):
             return Verdict(Permission.ALLOW)
         if hook.applies_edits:
             return Verdict(Permission.ALLOW, "A reviewer edited the input.", updated_input=answer.args)

@@ -35,6 +35,8 @@ from .worker.resumer import (
 from .worker.supervise import Supervisor
 
 T = TypeVar("T")
+GRACEFUL_SHUTDOWN_SECONDS = 10
+"""How long `serve` lets open requests finish when stopped: long polls of the gate would hold it up to their wait."""
 
 app = typer.Typer(help="Human-in-the-loop approvals for LLM agents' tool calls.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -181,7 +183,14 @@ def serve(
             typer.echo("demo runs are queued; start `approvals worker --demo` to run them")
     show_logs()
     typer.echo(f"approvals: serving http://{host}:{port} (database {_safe_url(settings.database_url)})")
-    uvicorn.run(create_app(settings, registry=registry), host=host, port=port, log_level="info", access_log=False)
+    uvicorn.run(
+        create_app(settings, registry=registry),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,  # gate long polls and hooks ask again after a restart
+    )
 
 
 @app.command()

@@ -1,0 +1,368 @@
+"""The real Claude Code CLI asks our real approvals server before each Bash command, end to end.
+
+The model is scripted (scripted_anthropic.py): it calls Bash (`touch <file>`), then answers in
+text. The hook is the one `approvals hook install claude-code` writes (`install_hook`): the HTTP
+hook to `POST /api/hooks/claude-code`, or the fail-closed command hook `python -m approvals
+hook claude-code`. A reviewer decides through the JSON API (`POST /api/calls/{id}/decision`)
+with a token of their own, while the CLI waits on the hook (it runs in a thread) or after a
+`defer` ended the run (then `claude -p "" --resume` asks again). Without a hook that answers
+`allow`, `-p` mode refuses the command, so a file exists only when approvals let it run.
+
+Needs the CLI from tests/clis/install.sh (`APPROVALS_CLIS_DIR`); every test skips without it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from approvals.hook_install import install_hook
+from approvals.store import SYSTEM
+from approvals.store.models import ToolCallRow
+from approvals.worker.resumer import AgentRegistry
+
+from ..live_server import LiveServer, serving
+from ..processes import free_port
+from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
+from .claude_code import ClaudeRun, claude_binary, make_project, resume_args, run_claude
+from .scripted_anthropic import Reply, ScriptedAnthropic, bash, text
+
+REVIEWER = "rita"
+ASKING = 30.0
+"""Seconds the hook waits for a person while the CLI runs: far more than a test needs to decide."""
+ALLOW_BASH = ("--output-format", "json", "--allowedTools", "Bash")
+"""Permission rules that let Bash run unasked: only the hook stands in the way."""
+
+
+@dataclass
+class Approvals:
+    """Our server, a token the hook asks with and a reviewer's token to decide with."""
+
+    server: LiveServer
+    asking_token: str
+    reviewer_token: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def calls(self) -> list[ToolCallRow]:
+        """Every stored call, whatever its status."""
+        return list(self.server.call(self.server.store.list_calls(status=None)).items)
+
+    def pending(self) -> list[ToolCallRow]:
+        return list(self.server.call(self.server.store.list_calls()).items)
+
+    def decide(self, call_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+        """Decide like a reviewer does, through the JSON API."""
+        response = httpx.post(
+            f"{self.url}/api/calls/{call_id}/decision",
+            json=decision,
+            headers={"Authorization": f"Bearer {self.reviewer_token}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        decided: dict[str, Any] = response.json()
+        return decided
+
+    def wait_for_pending(self, running: Future[ClaudeRun], *, seconds: float = 40) -> ToolCallRow:
+        """The call the CLI's hook is waiting on, once it is stored."""
+        deadline = time.monotonic() + seconds
+        while True:
+            pending = self.pending()
+            if pending:
+                [call] = pending
+                return call
+            if running.done():
+                pytest.fail(f"the CLI ended without a pending call:\n{running.result().describe()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no call was pending after {seconds:.0f} s")
+            time.sleep(0.1)
+
+    def call_actions(self, run_id: str) -> list[str]:
+        """The audit log's `call.*` actions in run `run_id` (a gate session), oldest first."""
+        page = self.server.call(self.server.store.audit_events(run_id=run_id, newest_first=False))
+        return [event.action for event in page.items if event.action.startswith("call.")]
+
+    def audit_verifies(self) -> bool:
+        return self.server.call(self.server.store.verify_audit()).ok
+
+
+def accounts(server: LiveServer) -> Approvals:
+    """The asking token (scope `calls:ask`), and a reviewer with a token of their own."""
+    store = server.store
+    asking = server.call(store.create_token("claude", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    server.call(store.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
+    reviewing = server.call(store.create_token("rita-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
+    return Approvals(server, asking, reviewing)
+
+
+@pytest.fixture
+def approvals(db_url: str, tmp_path: Path) -> Iterator[Approvals]:  # noqa: F811 - the shared fixture
+    claude_binary()  # skip before starting anything when the CLI is not installed
+    with serving(db_url, tmp_path, AgentRegistry(), users=False) as server:
+        yield accounts(server)
+
+
+@pytest.fixture
+def background() -> Iterator[Callable[..., Future[ClaudeRun]]]:
+    """Run the CLI in a thread (`background(claude, ...)`), while the test decides.
+
+    Not waited for at the end: a failed test's CLI ends once our server stops (the hook fails
+    and blocks), or at `run_claude`'s timeout.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claude")
+    try:
+        yield lambda *args, **kwargs: pool.submit(*args, **kwargs)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def hooked_project(tmp_path: Path, url: str, *, wait: float, fallback: str | None = None, http: bool = True) -> Path:
+    """A project with our hook, written by the installer users run."""
+    project = make_project(tmp_path)
+    installed = install_hook("claude-code", url=url, wait=wait, fallback=fallback, project=project, http=http)
+    assert installed.path == project / ".claude" / "settings.json"
+    return project
+
+
+def touch(path: Path) -> Reply:
+    """The model's turn: Bash `touch <path>`."""
+    return bash(f"touch {path}", "Create a file")
+
+
+def tool_use_id(reply: Reply) -> str:
+    [block] = [b for b in reply.content if b["type"] == "tool_use"]
+    return str(block["id"])
+
+
+def claude(
+    project: Path, api: ScriptedAnthropic, token: str, prompt: str = "Create the file.", **more: Any
+) -> ClaudeRun:
+    return run_claude(claude_binary(), project, prompt, base_url=api.base_url, env={"APPROVALS_TOKEN": token}, **more)
+
+
+def finished(running: Future[ClaudeRun], *, seconds: float = 60) -> ClaudeRun:
+    run = running.result(timeout=seconds)
+    assert run.returncode == 0, run.describe()
+    return run
+
+
+def result_in_next_turn(api: ScriptedAnthropic, tool_use: str) -> dict[str, Any]:
+    """The `tool_result` for the model's call `tool_use`, in the model turn right after the one that made it."""
+    turns = api.turns()
+    assert len(turns) >= 2, turns
+    last_message = turns[1]["messages"][-1]
+    [found] = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in last_message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use
+    ]
+    return found
+
+
+def content_text(result: dict[str, Any]) -> str:
+    content = result["content"]
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+# -- a reviewer decides while the hook waits ---------------------------------------------------------
+
+
+def test_an_approved_command_runs_and_is_stored_as_approved(
+    approvals: Approvals, tmp_path: Path, background: Callable[..., Future[ClaudeRun]]
+) -> None:
+    project = hooked_project(tmp_path, approvals.url, wait=ASKING)
+    marker = project / "approved"
+    call_bash = touch(marker)
+    with ScriptedAnthropic([call_bash, text("All done.")]) as api:
+        running = background(claude, project, api, approvals.asking_token)
+        call = approvals.wait_for_pending(running)
+        assert not marker.exists()
+        approvals.decide(call.id, {"verdict": "approve"})
+        run = finished(running)
+
+    assert marker.exists(), run.describe()
+    assert run.result["result"] == "All done."
+    assert run.result["permission_denials"] == []
+    [outcome] = api.tool_results()
+    assert outcome["tool_use_id"] == tool_use_id(call_bash)
+    assert outcome["is_error"] is False
+
+    [stored] = approvals.calls()
+    assert stored.id == call.id
+    assert stored.status == "executing"  # approved, and handed to the hook: the CLI ran it (it reports no outcome)
+    assert stored.decided_by == REVIEWER
+    assert stored.tool_name == "Bash"
+    assert stored.tool_call_id == tool_use_id(call_bash)
+    assert stored.args["command"] == f"touch {marker}"
+    assert stored.context["cwd"] == str(project)
+    assert stored.context["hook_event_name"] == "PreToolUse"
+    assert approvals.call_actions(stored.run_id) == ["call.requested", "call.approved", "call.executing"]
+    assert approvals.audit_verifies()
+
+
+def test_a_denied_command_does_not_run_and_the_model_reads_the_reason(
+    approvals: Approvals, tmp_path: Path, background: Callable[..., Future[ClaudeRun]]
+) -> None:
+    project = hooked_project(tmp_path, approvals.url, wait=ASKING)
+    marker = project / "denied"
+    call_bash = touch(marker)
+    reason = "Not on a Friday; use the staging folder."
+    with ScriptedAnthropic([call_bash, text("Understood.")]) as api:
+        running = background(claude, project, api, approvals.asking_token)
+        call = approvals.wait_for_pending(running)
+        approvals.decide(call.id, {"verdict": "deny", "reason": reason})
+        run = finished(running)
+
+    assert not marker.exists()
+    refusal = result_in_next_turn(api, tool_use_id(call_bash))
+    assert refusal["is_error"] is True
+    assert reason in content_text(refusal)
+    assert [d["tool_use_id"] for d in run.result["permission_denials"]] == [tool_use_id(call_bash)]
+    [stored] = approvals.calls()
+    assert (stored.status, stored.denial_reason) == ("denied", reason)
+    assert approvals.audit_verifies()
+
+
+def test_an_edited_command_runs_as_the_reviewer_wrote_it(
+    approvals: Approvals, tmp_path: Path, background: Callable[..., Future[ClaudeRun]]
+) -> None:
+    project = hooked_project(tmp_path, approvals.url, wait=ASKING)
+    asked, edited = project / "asked-for", project / "edited-to"
+    call_bash = touch(asked)
+    with ScriptedAnthropic([call_bash, text("All done.")]) as api:
+        running = background(claude, project, api, approvals.asking_token)
+        call = approvals.wait_for_pending(running)
+        approvals.decide(call.id, {"verdict": "edit", "args": {"command": f"touch {edited}"}})
+        run = finished(running)
+
+    assert edited.exists(), run.describe()
+    assert not asked.exists()
+    [outcome] = api.tool_results()
+    assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
+    [stored] = approvals.calls()
+    assert stored.status == "executing"
+    assert stored.override_args == {"command": f"touch {edited}"}
+    assert approvals.audit_verifies()
+
+
+# -- nobody decides in time: the fallback ------------------------------------------------------------
+
+
+def test_nobody_deciding_denies_by_default_and_the_model_reads_where_to_decide(
+    approvals: Approvals, tmp_path: Path
+) -> None:
+    project = hooked_project(tmp_path, approvals.url, wait=0)  # no fallback named: deny
+    marker = project / "waiting"
+    call_bash = touch(marker)
+    with ScriptedAnthropic([call_bash, text("I asked for approval.")]) as api:
+        run = claude(project, api, approvals.asking_token)
+    assert run.returncode == 0, run.describe()
+
+    assert not marker.exists()
+    [call] = approvals.pending()
+    refusal = result_in_next_turn(api, tool_use_id(call_bash))
+    assert refusal["is_error"] is True
+    assert f"{approvals.url}/calls/{call.id}" in content_text(refusal)
+    assert call.tool_call_id == tool_use_id(call_bash)
+
+
+def test_a_deferred_run_resumed_after_the_approval_runs_the_command_once_asked(
+    approvals: Approvals, tmp_path: Path
+) -> None:
+    project = hooked_project(tmp_path, approvals.url, wait=0, fallback="defer")
+    marker = project / "deferred"
+    call_bash = touch(marker)
+    with ScriptedAnthropic([call_bash, text("All done.")]) as api:
+        paused = claude(project, api, approvals.asking_token)
+        assert paused.returncode == 0, paused.describe()
+        assert paused.result["stop_reason"] == "tool_deferred", paused.describe()
+        assert paused.result["deferred_tool_use"]["id"] == tool_use_id(call_bash)
+        assert not marker.exists()
+        [call] = approvals.pending()
+        assert call.tool_call_id == tool_use_id(call_bash)
+
+        assert approvals.decide(call.id, {"verdict": "approve"})["status"] == "approved"
+        assert not marker.exists()
+        resumed = claude(project, api, approvals.asking_token, "", args=resume_args(paused.result["session_id"]))
+
+    assert resumed.returncode == 0, resumed.describe()
+    assert marker.exists(), resumed.describe()
+    assert resumed.result["result"] == "All done."
+    [outcome] = api.tool_results()
+    assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
+    [stored] = approvals.calls()  # the resumed run's ask found the same call
+    assert (stored.id, stored.status) == (call.id, "executing")
+    assert approvals.call_actions(stored.run_id) == ["call.requested", "call.approved", "call.executing"]
+    assert approvals.audit_verifies()
+
+
+# -- our server down or restarting -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("http", [True, False], ids=["http-hook", "command-hook"])
+def test_with_our_server_down_the_command_does_not_run(tmp_path: Path, http: bool) -> None:
+    """The permission rules allow Bash (`--allowedTools Bash`): only the hook keeps the command from running.
+
+    Nothing listens at the hook's URL: the command hook blocks (exit 2) once its retries run
+    out, and the HTTP hook's `onFailure: block` blocks when Claude Code cannot reach us.
+    """
+    claude_binary()
+    down = f"http://127.0.0.1:{free_port()}"
+    project = hooked_project(tmp_path, down, wait=0, http=http)
+    marker = project / "unasked"
+    call_bash = touch(marker)
+    with ScriptedAnthropic([call_bash, text("It was blocked.")]) as api:
+        run = claude(project, api, "apv-nobody-checks-this", args=ALLOW_BASH)
+    assert run.returncode == 0, run.describe()
+
+    assert not marker.exists(), run.describe()
+    refusal = result_in_next_turn(api, tool_use_id(call_bash))
+    assert refusal["is_error"] is True
+    # what Claude Code tells the model: the command client's reason, or its own for the HTTP hook
+    said = 'blocking because onFailure is "block"' if http else "Blocked by approvals: approvals gave no decision"
+    assert said in content_text(refusal), refusal
+
+
+def test_a_server_restarted_while_the_command_hook_waits_is_asked_again(
+    db_url: str,  # noqa: F811 - the shared fixture
+    tmp_path: Path,
+    background: Callable[..., Future[ClaudeRun]],
+) -> None:
+    claude_binary()
+    port = free_port()
+    project = hooked_project(tmp_path, f"http://127.0.0.1:{port}", wait=ASKING, http=False)
+    marker = project / "after-restart"
+    call_bash = touch(marker)
+    with ScriptedAnthropic([call_bash, text("All done.")]) as api:
+        with serving(db_url, tmp_path, AgentRegistry(), port=port, users=False) as first:
+            before = accounts(first)
+            running = background(claude, project, api, before.asking_token)
+            call = before.wait_for_pending(running)
+        # server A is gone while the hook waits; B takes over on the same port and database
+        with serving(db_url, tmp_path, AgentRegistry(), port=port, users=False) as second:
+            after = Approvals(second, before.asking_token, before.reviewer_token)
+            assert not running.done(), running.result().describe()
+            assert [c.id for c in after.pending()] == [call.id]
+            after.decide(call.id, {"verdict": "approve"})
+            run = finished(running)
+            stored = after.calls()
+            actions = after.call_actions(call.run_id)
+            assert after.audit_verifies()
+
+    assert marker.exists(), run.describe()
+    assert run.result["result"] == "All done."
+    [outcome] = api.tool_results()
+    assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
+    assert [(c.id, c.status) for c in stored] == [(call.id, "executing")]
+    assert actions == ["call.requested", "call.approved", "call.executing"]

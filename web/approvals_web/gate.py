@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
@@ -90,8 +91,7 @@ class GateRequest(BaseModel):
     )
 
     def to_request(self) -> CallRequest:
-        optional = {"tool_call_id": self.idempotency_key} if self.idempotency_key else {}
-        return CallRequest(
+        request = CallRequest(
             engine="gate",
             source=self.source,
             session_id=self.session_id,
@@ -103,8 +103,8 @@ class GateRequest(BaseModel):
             reason=self.reason,
             approvals_required=self.approvals_required,
             approval_ttl=self.approval_ttl,
-            **optional,
         )
+        return replace(request, tool_call_id=self.idempotency_key) if self.idempotency_key else request
 
 
 class GateAnswerOut(BaseModel):

@@ -71,6 +71,20 @@ def _merge_matcher_groups(settings: dict[str, Any], event: str, matcher: str, ho
     return replaced
 
 
+def _merge_gemini(settings: dict[str, Any], hook: dict[str, Any], path: Path) -> bool:
+    """Gemini CLI's hook, and the token let through its environment redaction (on under GitHub Actions), which
+    would otherwise hand the hook no APPROVALS_TOKEN: its name contains TOKEN."""
+    replaced = _merge_matcher_groups(settings, "BeforeTool", "run_shell_command", hook, path)
+    redaction = settings.setdefault("security", {})
+    if isinstance(redaction, dict):
+        redaction = redaction.setdefault("environmentVariableRedaction", {})
+    if not isinstance(redaction, dict) or not isinstance(redaction.setdefault("allowed", []), list):
+        raise InstallError(f"{path}: 'security.environmentVariableRedaction' is not as Gemini CLI writes it")
+    if "APPROVALS_TOKEN" not in redaction["allowed"]:
+        redaction["allowed"].append("APPROVALS_TOKEN")
+    return replaced
+
+
 def _merge_cursor(settings: dict[str, Any], event: str, hook: dict[str, Any], path: Path) -> bool:
     """Cursor's shape: {version: 1, hooks: {<event>: [{command, ...}]}}."""
     settings.setdefault("version", 1)
@@ -154,9 +168,7 @@ _TARGETS: dict[str, _Target] = {
     ),
     "gemini": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".gemini" / "settings.json",
-        merge=lambda settings, hook, path: _merge_matcher_groups(
-            settings, "BeforeTool", "run_shell_command", hook, path
-        ),
+        merge=_merge_gemini,
         entry=_command_entry("gemini", 1000),
         next_steps=[_FIRST_STEP],
     ),

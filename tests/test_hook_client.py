@@ -240,9 +240,15 @@ def test_install_writes_each_clis_own_shape(tmp_path: Path, monkeypatch: pytest.
     [entry] = document["hooks"]["preToolUse"]
     assert entry["failClosed"] is True and entry["command"].endswith("--fallback ask")
 
+    gemini_settings = tmp_path / ".gemini" / "settings.json"
+    gemini_settings.parent.mkdir()
+    gemini_settings.write_text('{"security": {"environmentVariableRedaction": {"allowed": ["CI_JOB_ID"]}}}')
     gemini = install_hook("gemini", url="http://a", wait=10, project=tmp_path)
-    [group] = json.loads(gemini.path.read_text())["hooks"]["BeforeTool"]
+    written = json.loads(gemini.path.read_text())
+    [group] = written["hooks"]["BeforeTool"]
     assert group["matcher"] == "run_shell_command" and group["hooks"][0]["timeout"] == 40_000
+    # Gemini CLI's redaction (on under GitHub Actions) would keep the token from the hook
+    assert written["security"]["environmentVariableRedaction"]["allowed"] == ["CI_JOB_ID", "APPROVALS_TOKEN"]
 
 
 def test_the_install_command_says_what_is_left_to_do_and_refuses_bad_options(tmp_path: Path) -> None:

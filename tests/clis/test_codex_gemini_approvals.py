@@ -388,6 +388,7 @@ def run_gemini(
     approvals: Approvals | None = None,
     reviewer: Reviewer = nobody,
     settings: dict[str, Any] | None = None,
+    token_redacted: bool = False,
 ) -> GeminiSession:
     project = gemini.make_project(tmp_path)
     home = gemini.make_gemini_home(tmp_path, settings=settings)
@@ -396,7 +397,18 @@ def run_gemini(
     installed = install_hook("gemini", url=url, wait=wait, user=True)
     assert installed.path == home / ".gemini" / "settings.json"
     merged = json.loads(installed.path.read_text())
+    redaction = merged["security"]["environmentVariableRedaction"]
+    assert redaction["allowed"][-1] == "APPROVALS_TOKEN"  # let through Gemini CLI's redaction
+    redaction["allowed"].pop()
+    if not redaction["allowed"]:
+        del redaction["allowed"]
+    if not redaction:
+        del merged["security"]["environmentVariableRedaction"]
     assert {key: value for key, value in merged.items() if key != "hooks"} == before  # kept the harness's settings
+    if token_redacted:  # as if the user took the token off the list
+        settings_now = json.loads(installed.path.read_text())
+        settings_now["security"]["environmentVariableRedaction"]["allowed"].remove("APPROVALS_TOKEN")
+        installed.path.write_text(json.dumps(settings_now))
     if grace is not None:
         with_grace(installed.path, grace)
     [group] = json.loads(installed.path.read_text())["hooks"]["BeforeTool"]
@@ -529,7 +541,7 @@ def test_gemini_blocks_the_command_when_it_redacts_the_token_unless_the_token_is
     gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With environment redaction on, Gemini hands hooks no APPROVALS_TOKEN (its name matches /TOKEN/): the hook
-    blocks. Listing the variable in `allowed` lets it through."""
+    blocks. The installer lists the variable in `allowed`, which lets it through."""
     marker = tmp_path / "redacted" / "project" / "marker"
     redacting = {"security": {"environmentVariableRedaction": {"enabled": True}}}
     session = run_gemini(
@@ -540,13 +552,13 @@ def test_gemini_blocks_the_command_when_it_redacts_the_token_unless_the_token_is
         token=approvals.agent_token,
         command=touch(marker),
         settings=redacting,
+        token_redacted=True,
     )
     assert not marker.exists(), session.run.describe()
     assert session.blocked().startswith("Blocked by approvals: APPROVALS_TOKEN is not set"), session.blocked()
     assert approvals.calls(status=None) == []  # the hook asked nobody
 
     marker = tmp_path / "allowed" / "project" / "marker"
-    allowing = {"security": {"environmentVariableRedaction": {"enabled": True, "allowed": ["APPROVALS_TOKEN"]}}}
     session = run_gemini(
         tmp_path / "allowed",
         monkeypatch,
@@ -556,7 +568,7 @@ def test_gemini_blocks_the_command_when_it_redacts_the_token_unless_the_token_is
         command=touch(marker),
         approvals=approvals,
         reviewer=decide_with({"verdict": "approve"}),
-        settings=allowing,
+        settings=redacting,
     )
     assert marker.exists(), session.run.describe()
     assert approvals.only_call().context["cwd"] == str(marker.parent)

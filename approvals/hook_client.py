@@ -101,8 +101,14 @@ _ACCEPTS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
 CLIS = tuple(_ACCEPTS)
 
 
-def accepts(cli: str, output: Any) -> bool:
+AFTER_TOOL_EVENTS = frozenset({"PostToolUse", "AfterTool", "postToolUse", "afterShellExecution", "afterMCPExecution"})
+"""Hook events that report a tool that already ran: their answer is empty."""
+
+
+def accepts(cli: str, output: Any, event: str | None = None) -> bool:
     """Whether `output` is an answer `cli` reads as we mean it (a CLI that cannot read an answer runs the tool)."""
+    if event in AFTER_TOOL_EVENTS:
+        return isinstance(output, dict) and not output
     return isinstance(output, dict) and _ACCEPTS[cli](output)
 
 
@@ -151,7 +157,7 @@ def ask_server(
                 output = json.loads(body)
             except ValueError:
                 raise HookFailed("approvals answered something that is not JSON") from None
-            if not accepts(cli, output):
+            if not accepts(cli, output, _event(hook_input)):
                 raise HookFailed(f"approvals answered in a shape {cli} would not read as meant")
             return dict(output)
         time.sleep(min(_RETRY_EVERY, max(deadline - time.monotonic(), 0)))
@@ -212,3 +218,13 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, str]]:
         if seconds in options and not float(options[seconds]) >= 0:
             raise HookFailed(f"--{seconds} takes seconds, 0 or more")
     return argv[0], options
+
+
+def _event(hook_input: bytes) -> str | None:
+    """The hook event the input is for, if it says."""
+    try:
+        parsed = json.loads(hook_input)
+    except ValueError:
+        return None
+    event = parsed.get("hook_event_name") if isinstance(parsed, dict) else None
+    return event if isinstance(event, str) else None

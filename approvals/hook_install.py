@@ -71,10 +71,18 @@ def _merge_matcher_groups(settings: dict[str, Any], event: str, matcher: str, ho
     return replaced
 
 
+def _merge_before_and_after(settings: dict[str, Any], hook: dict[str, Any], path: Path) -> bool:
+    """Claude Code's and Codex's shape: the hook asks before a Bash command and reports after it (`PostToolUse`),
+    which settles the call it ran."""
+    replaced = _merge_matcher_groups(settings, "PreToolUse", "Bash", hook, path)
+    return _merge_matcher_groups(settings, "PostToolUse", "Bash", hook, path) or replaced
+
+
 def _merge_gemini(settings: dict[str, Any], hook: dict[str, Any], path: Path) -> bool:
     """Gemini CLI's hook, and the token let through its environment redaction (on under GitHub Actions), which
     would otherwise hand the hook no APPROVALS_TOKEN: its name contains TOKEN."""
     replaced = _merge_matcher_groups(settings, "BeforeTool", "run_shell_command", hook, path)
+    _merge_matcher_groups(settings, "AfterTool", "run_shell_command", hook, path)  # reports how it went
     redaction = settings.setdefault("security", {})
     if isinstance(redaction, dict):
         redaction = redaction.setdefault("environmentVariableRedaction", {})
@@ -152,7 +160,7 @@ _FIRST_STEP = (
 _TARGETS: dict[str, _Target] = {
     "claude-code": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".claude" / "settings.json",
-        merge=lambda settings, hook, path: _merge_matcher_groups(settings, "PreToolUse", "Bash", hook, path),
+        merge=lambda settings, hook, path: _merge_before_and_after(settings, hook, path),
         entry=_claude_entry,
         next_steps=[
             _FIRST_STEP,
@@ -162,7 +170,7 @@ _TARGETS: dict[str, _Target] = {
     ),
     "codex": _Target(
         default_path=lambda project, user: Path(os.environ.get("CODEX_HOME") or _home() / ".codex") / "hooks.json",
-        merge=lambda settings, hook, path: _merge_matcher_groups(settings, "PreToolUse", "Bash", hook, path),
+        merge=lambda settings, hook, path: _merge_before_and_after(settings, hook, path),
         entry=_command_entry("codex", 1),
         next_steps=[_FIRST_STEP, "Codex runs a hook only once you trust it: start codex and accept the new hook."],
     ),
@@ -174,7 +182,9 @@ _TARGETS: dict[str, _Target] = {
     ),
     "cursor": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".cursor" / "hooks.json",
-        merge=lambda settings, hook, path: _merge_cursor(settings, "preToolUse", hook, path),
+        merge=lambda settings, hook, path: (
+            _merge_cursor(settings, "preToolUse", hook, path) | _merge_cursor(settings, "postToolUse", hook, path)
+        ),
         entry=_cursor_entry,
         next_steps=[_FIRST_STEP, "Restart Cursor so it reads the new hook."],
     ),

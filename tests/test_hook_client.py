@@ -211,6 +211,8 @@ def test_install_merges_into_claude_codes_settings_and_keeps_the_rest(tmp_path: 
         "APPROVALS_TOKEN"
     ]
     assert hook["onFailure"] == "block" and hook["timeout"] == 50
+    [after] = merged["hooks"]["PostToolUse"]  # reports how the command went, which settles its call
+    assert after["matcher"] == "Bash" and after["hooks"] == [hook]
 
 
 def test_install_refuses_settings_it_cannot_read_and_writes_nothing(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ __all__ = (
     "ANY_OBJECT",
     "MAX_APPROVAL_TTL",
     "CallRequest",
+    "ReportedOutcome",
     "ValidatedRequest",
     "validate_request",
     "validate_with_schema",
@@ -91,6 +92,19 @@ class CallRequest:
 
     def expires_at(self, now: dt.datetime) -> dt.datetime | None:
         return now + dt.timedelta(seconds=self.approval_ttl) if self.approval_ttl else None
+
+
+@dataclass(frozen=True)
+class ReportedOutcome:
+    """A report that a tool a caller was handed ran: which call (its key, else its tool and input), and the output."""
+
+    engine: str
+    source: str
+    session_id: str
+    tool_call_id: str | None
+    tool_name: str
+    args_digest: str
+    result: Any
 
 
 @dataclass(frozen=True)

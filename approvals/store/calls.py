@@ -17,7 +17,7 @@ from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from ..calls.requests import ValidatedRequest
+from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..engines.base import EngineKind, get_engine
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
@@ -58,6 +58,18 @@ _CALL_BY_ARGUMENTS = (
     .limit(1)
 )
 """A call of the session for these very arguments that waits, or is approved and not yet handed out."""
+_HANDED_OUT_BY_ARGUMENTS = (
+    select(CALLS)
+    .where(
+        ToolCallRow.run_id == bindparam("run_id"),
+        ToolCallRow.tool_name == bindparam("tool_name"),
+        ToolCallRow.current_digest == bindparam("digest"),
+        ToolCallRow.status == CallStatus.EXECUTING,
+    )
+    .order_by(ToolCallRow.created_at)
+    .limit(1)
+)
+"""The oldest call of the session for these very arguments that its caller was told to run."""
 
 
 def session_run_id(engine: str, source: str, session_id: str) -> str:
@@ -131,6 +143,26 @@ class CallOps(DecisionOps, Queries):
         out (or settled) is returned as it stands.
         """
         return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor, utcnow()))
+
+    async def settle_reported(self, reported: ReportedOutcome, *, actor: Actor) -> ToolCallRow | None:
+        """A CLI reports that a tool it was handed ran: settle that call `succeeded` with the tool's output.
+
+        The call is found in the session by its key, else as the oldest handed-out call of that
+        tool and input (CLIs that send no tool call id). None when there is no such call (the tool
+        needed no approval, or it was settled already).
+        """
+        run_id = session_run_id(reported.engine, reported.source, reported.session_id)
+        async with self.db.read() as session:
+            found = None
+            if reported.tool_call_id is not None:
+                key = {"run_id": run_id, "key": reported.tool_call_id}
+                found = (await session.execute(_CALL_BY_KEY, key)).mappings().one_or_none()
+            if found is None:
+                same = {"run_id": run_id, "tool_name": reported.tool_name, "digest": reported.args_digest}
+                found = (await session.execute(_HANDED_OUT_BY_ARGUMENTS, same)).mappings().first()
+        if found is None or found["status"] != CallStatus.EXECUTING:
+            return None
+        return await self.settle_call(found["id"], CallStatus.SUCCEEDED, reported.result, actor=actor)
 
     async def record_refusal(self, engine: str, reason: str, *, actor_id: str, details: dict[str, Any]) -> None:
         """Audit a gate request refused for bad input before any call was stored (`call.refused`): who, through

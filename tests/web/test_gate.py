@@ -228,7 +228,7 @@ async def test_an_edited_bash_command_is_validated(web: WebApp) -> None:
     ("body", "reason"),
     [
         (b"{not json", "not JSON"),
-        ({"hook_event_name": "PostToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {}}, "PostToolUse"),
+        ({"hook_event_name": "SessionStart", "session_id": "s", "tool_name": "Bash", "tool_input": {}}, "SessionStart"),
         (claude_input(tool_input="rm -rf /"), "tool_input"),
         (claude_input(session_id=""), "session_id"),
         (claude_input(tool_input={"description": "no command"}), "command"),
@@ -377,3 +377,43 @@ async def test_an_edit_a_cli_cannot_apply_is_run_once_the_model_asks_with_the_ed
         assert await hook(agent, codex_input("call_2", "rm -rf /srv/app/tmp"), "codex") == {}
         assert (await web.store.get_call(call.id)).status == "executing"
     assert len((await web.store.list_calls(status=None)).items) == 1
+
+
+async def test_a_post_tool_report_settles_the_call_that_ran(web: WebApp) -> None:
+    """Claude Code's PostToolUse names the call by its tool_use_id; Gemini CLI's AfterTool by its tool and input."""
+    async with await asking_client(web) as agent:
+        await hook(agent, claude_input())
+        [call] = (await web.store.list_calls()).items
+        await decide(web, call.id, {"verdict": "approve"})
+        assert decision_of(await hook(agent, claude_input()))[0] == "allow"
+        report = {**claude_input(), "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
+        response = await agent.post("/api/hooks/claude-code", json=report)
+        assert response.status_code == 200 and response.json() == {}
+        assert hook_client.accepts("claude-code", response.json(), "PostToolUse")
+        settled = await web.store.get_call(call.id)
+        assert settled.status == "succeeded" and settled.result == {"stdout": "", "stderr": ""}
+
+        before = {
+            "session_id": "g-1",
+            "hook_event_name": "BeforeTool",
+            "timestamp": "2026-11-26T18:00:00Z",
+            "tool_name": "run_shell_command",
+            "tool_input": {"command": "make test"},
+        }
+        await hook(agent, before, "gemini")
+        pending = next(c for c in (await web.store.list_calls()).items if c.tool_name == "run_shell_command")
+        await decide(web, pending.id, {"verdict": "approve"})
+        assert await hook(agent, before, "gemini") == {}
+        after = {
+            **before,
+            "hook_event_name": "AfterTool",
+            "timestamp": "2026-11-26T18:00:09Z",
+            "tool_response": "x" * 20_000,
+        }
+        assert (await agent.post("/api/hooks/gemini", json=after)).json() == {}
+        ran = await web.store.get_call(pending.id)
+        assert ran.status == "succeeded" and len(ran.result["truncated"]) == 16_000  # a long output is cut
+
+        stray = {**after, "tool_input": {"command": "ls"}}  # no call was handed out for it: nothing changes
+        assert (await agent.post("/api/hooks/gemini", json=stray)).json() == {}
+    assert (await web.store.verify_audit()).ok

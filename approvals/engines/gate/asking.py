@@ -80,8 +80,11 @@ async def ask_by_hook(
 
     Bad input, a refused request or a failure of ours is a denial naming the reason (and a
     `call.refused` audit event where the input was at fault). A call nobody decided within
-    `wait` seconds gets `fallback`.
+    `wait` seconds gets `fallback`. A post-tool hook's report settles the call that ran
+    (`succeeded`, with the tool's output) and gets an empty answer.
     """
+    if hook.reports_outcome(body):
+        return await _report(service, hook, body, actor=actor)
     try:
         request = hook.request(body, approval_ttl=approval_ttl)
         call, _ = await service.request_call(request, actor=actor)
@@ -119,3 +122,17 @@ async def _audit_refusal(service: ApprovalService, hook: HookFormat, reason: str
         await service.store.record_refusal(hook.engine, reason, actor_id=actor.id, details=details)
     except Exception:  # the denial stands even when the record cannot be written
         logger.exception("could not audit a refused %s hook request", hook.cli)
+
+
+async def _report(service: ApprovalService, hook: HookFormat, body: Any, *, actor: Actor) -> dict[str, Any]:
+    """A post-tool hook: the tool ran, so settle its call; the answer says nothing (the tool already ran)."""
+    try:
+        settled = await service.store.settle_reported(hook.reported(body), actor=actor)
+    except (HookInputError, ApprovalsError) as exc:
+        logger.warning("%s post-tool report from %s not recorded: %s", hook.cli, actor.id, exc)
+    except Exception:  # a report lost is a call left executing for a person to settle, never a blocked CLI
+        logger.exception("%s post-tool report from %s failed", hook.cli, actor.id)
+    else:
+        if settled is not None:
+            logger.debug("%s reported call %s ran", hook.cli, settled.id)
+    return {}

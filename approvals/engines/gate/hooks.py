@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from ...calls.canonical import canonical_json, digest
-from ...calls.requests import CallRequest
+from ...calls.requests import CallRequest, ReportedOutcome
 from .answers import Decision, GateAnswer
 
 __all__ = (
@@ -33,6 +33,7 @@ __all__ = (
     "Fallback",
     "HookFormat",
     "HookInputError",
+    "ReportedOutcome",
     "Permission",
     "Verdict",
     "hook_format",
@@ -96,6 +97,10 @@ _GEMINI_SHELL_SCHEMA: dict[str, Any] = {
 _MAX_INPUT_TEXT = 200
 
 
+MAX_RESULT_TEXT = 16_000
+"""The most of a tool's output a post-tool hook's report keeps with the call (as JSON text)."""
+
+
 @dataclass(frozen=True)
 class HookFormat:
     """One CLI's hook: the events it asks on, how to read its input and write an answer."""
@@ -111,6 +116,31 @@ class HookFormat:
     """Its shell tools by name, with the schema their input is validated against."""
     applies_edits: bool
     """Whether it can run a tool with a reviewer's edited input."""
+    after_events: tuple[str, ...] = ()
+    """The events it reports a tool's outcome on, once the tool ran (`reported`)."""
+
+    def reports_outcome(self, body: Any) -> bool:
+        """Whether this hook input reports how a tool went, rather than asks before it runs."""
+        return isinstance(body, Mapping) and body.get("hook_event_name") in self.after_events
+
+    def reported(self, body: Mapping[str, Any]) -> ReportedOutcome:
+        """What a post-tool hook input says: which call (by its key, else its tool and input) and its result."""
+        event = _text(body, "hook_event_name")
+        asked_on = "beforeShellExecution" if event == "afterShellExecution" else event  # Cursor's shell hooks
+        tool_name, tool_input, _ = self._tool_call(body, asked_on)
+        session_id = _text(body, "session_id" if "session_id" in body else "conversation_id")
+        response = body.get("tool_response", body.get("output"))
+        text = canonical_json(response) if response is not None else None
+        result = response if text is None or len(text) <= MAX_RESULT_TEXT else {"truncated": text[:MAX_RESULT_TEXT]}
+        return ReportedOutcome(
+            engine=self.engine,
+            source=self.cli,
+            session_id=session_id,
+            tool_call_id=_first_text(body, "tool_use_id", "toolUseId"),
+            tool_name=tool_name,
+            args_digest=digest(tool_input),
+            result=result,
+        )
 
     def request(self, body: Any, *, approval_ttl: float | None = None) -> CallRequest:
         """The call this hook input asks about; `HookInputError` says what is wrong with it."""
@@ -212,6 +242,7 @@ FORMATS: dict[str, HookFormat] = {
             fallbacks=(Fallback.DENY, Fallback.ASK, Fallback.DEFER),
             shell_tools={"Bash": _SHELL_SCHEMA},
             applies_edits=True,
+            after_events=("PostToolUse",),
         ),
         HookFormat(
             cli="codex",
@@ -220,6 +251,7 @@ FORMATS: dict[str, HookFormat] = {
             fallbacks=(Fallback.DENY,),
             shell_tools={"Bash": _SHELL_SCHEMA, "shell": _SHELL_SCHEMA},
             applies_edits=False,
+            after_events=("PostToolUse",),
         ),
         HookFormat(
             cli="gemini",
@@ -228,6 +260,7 @@ FORMATS: dict[str, HookFormat] = {
             fallbacks=(Fallback.DENY,),
             shell_tools={"run_shell_command": _GEMINI_SHELL_SCHEMA},
             applies_edits=False,
+            after_events=("AfterTool",),
         ),
         HookFormat(
             cli="cursor",
@@ -236,6 +269,7 @@ FORMATS: dict[str, HookFormat] = {
             fallbacks=(Fallback.ASK, Fallback.DENY),
             shell_tools={"Shell": _SHELL_SCHEMA},
             applies_edits=True,
+            after_events=("postToolUse", "afterShellExecution", "afterMCPExecution"),
         ),
     )
 }

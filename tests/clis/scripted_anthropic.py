@@ -26,16 +26,14 @@ the CLI ends its loop rather than hanging) and is counted in `unscripted_turns`.
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from . import scripted_server
+from .scripted_server import ScriptedHandler, ScriptedServer, halves, sse
 
 MODEL_IDS = ("claude-sonnet-4-5-20250929", "claude-opus-4-1-20250805", "claude-haiku-4-5-20251001")
 """What `GET /v1/models` lists; any model a request names is answered all the same."""
@@ -72,10 +70,10 @@ class Reply:
                 opening = {**block, "input": {}}
                 whole = json.dumps(block["input"])
                 # Split the input JSON in two, as the API sends it in pieces.
-                deltas = [{"type": "input_json_delta", "partial_json": part} for part in _halves(whole)]
+                deltas = [{"type": "input_json_delta", "partial_json": part} for part in halves(whole)]
             elif block["type"] == "text":
                 opening = {**block, "text": ""}
-                deltas = [{"type": "text_delta", "text": part} for part in _halves(block["text"])]
+                deltas = [{"type": "text_delta", "text": part} for part in halves(block["text"])]
             else:  # any other block whole, as its start
                 opening, deltas = dict(block), []
             yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": opening}
@@ -114,24 +112,18 @@ Script = Sequence[Reply | Callable[[dict[str, Any]], Reply]]
 """Replies in order; a callable gets the request body and returns the reply."""
 
 
-@dataclass
-class Recorded:
+class Recorded(scripted_server.Recorded):
     """One request the server received."""
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: Any
-    at: float = field(default_factory=time.monotonic)
 
     @property
     def is_turn(self) -> bool:
-        return self.method == "POST" and self.path == "/v1/messages"
+        return self.method == "POST" and self.path.rstrip("/") == "/v1/messages"
 
 
-class ScriptedAnthropic:
+class ScriptedAnthropic(ScriptedServer[Reply, Recorded]):
     """The server: start it with `with`, point the CLI at `base_url`, read `requests` afterwards."""
+
+    thread_name = "scripted-anthropic"
 
     def __init__(
         self,
@@ -142,41 +134,16 @@ class ScriptedAnthropic:
         turns_need_tools: bool = True,
         host: str = "127.0.0.1",
     ) -> None:
-        self.script = list(script)
-        self.after_script = after_script or text("(the scripted model has nothing more to say)")
-        self.side_reply = side_reply or text("Scripted session")
-        self.turns_need_tools = turns_need_tools
-        self.requests: list[Recorded] = []
-        self.unscripted_turns = 0
-        self._next = 0
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._host = host
-        self._server = ThreadingHTTPServer((host, 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-anthropic", daemon=True)
-
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self._host}:{self._server.server_port}"
-
-    def __enter__(self) -> ScriptedAnthropic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(
+            script,
+            Recorded,
+            after_script=after_script or text("(the scripted model has nothing more to say)"),
+            side_reply=side_reply or text("Scripted session"),
+            turns_need_tools=turns_need_tools,
+            host=host,
+        )
 
     # -- what the CLI sent ------------------------------------------------------------------------
-
-    def turns(self) -> list[dict[str, Any]]:
-        """The bodies of the model turns (`POST /v1/messages` that took a scripted reply)."""
-        with self._lock:
-            return [r.body for r in self.requests if r.is_turn and self._takes_script(r.body)]
 
     def tool_results(self) -> list[dict[str, Any]]:
         """Every `tool_result` block the CLI sent, once each (by `tool_use_id`), in order.
@@ -195,121 +162,43 @@ class ScriptedAnthropic:
                             found.append(plain)
         return found
 
-    def paths(self) -> list[str]:
-        """`METHOD /path` of every request, in order."""
-        with self._lock:
-            return [f"{r.method} {r.path}" for r in self.requests]
-
     # -- answering ------------------------------------------------------------------------------
 
-    def _takes_script(self, body: Any) -> bool:
-        return isinstance(body, dict) and (not self.turns_need_tools or bool(body.get("tools")))
+    def _is_turn(self, request: Recorded) -> bool:
+        return request.is_turn
 
-    def _reply_for(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            if not self._takes_script(body):
-                return self.side_reply
-            if self._next >= len(self.script):
-                self.unscripted_turns += 1
-                return self.after_script
-            step = self.script[self._next]
-            self._next += 1
-        return step(body) if callable(step) else step
+    def _json_headers(self) -> dict[str, str]:
+        return {"request-id": f"req_scripted_{uuid.uuid4().hex[:12]}"}
 
-    def _record(self, request: Recorded) -> None:
-        with self._lock:
-            self.requests.append(request)
+    def _answer(self, http: ScriptedHandler, request: Recorded) -> None:
+        body = request.body
+        route = (request.method, request.path.rstrip("/"))
+        if route == ("POST", "/v1/messages") and isinstance(body, dict):
+            self._messages(http, request, body)
+        elif route == ("POST", "/v1/messages/count_tokens") and isinstance(body, dict):
+            http.send_json(200, {"input_tokens": _input_tokens(body)})
+        elif route == ("GET", "/v1/models"):
+            models = [_model(m) for m in MODEL_IDS]
+            http.send_json(200, {"data": models, "has_more": False, "first_id": MODEL_IDS[0], "last_id": MODEL_IDS[-1]})
+        elif request.method == "GET" and request.path.startswith("/v1/models/"):
+            http.send_json(200, _model(request.path.rsplit("/", 1)[1]))
+        elif request.method == "HEAD":
+            http.send_json(200, None)
+        else:
+            http.send_json(404, _error("not_found_error", f"{request.method} {request.path} is not scripted"))
 
-    def _message_id(self) -> str:
-        return f"msg_scripted_{next(self._ids):04d}"
-
-
-def _handler(api: ScriptedAnthropic) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def _read_body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if not raw:
-                return None
-            try:
-                return json.loads(raw)
-            except ValueError:
-                return raw.decode("utf-8", "replace")
-
-        def _handle(self) -> None:
-            url = urlsplit(self.path)
-            body = self._read_body() if self.command in ("POST", "PUT") else None
-            api._record(Recorded(self.command, url.path, url.query, dict(self.headers.items()), body))
-            route = (self.command, url.path.rstrip("/"))
-            if route == ("POST", "/v1/messages") and isinstance(body, dict):
-                self._messages(body)
-            elif route == ("POST", "/v1/messages/count_tokens") and isinstance(body, dict):
-                self._json(200, {"input_tokens": _input_tokens(body)})
-            elif route == ("GET", "/v1/models"):
-                models = [_model(m) for m in MODEL_IDS]
-                self._json(200, {"data": models, "has_more": False, "first_id": MODEL_IDS[0], "last_id": MODEL_IDS[-1]})
-            elif self.command == "GET" and url.path.startswith("/v1/models/"):
-                self._json(200, _model(url.path.rsplit("/", 1)[1]))
-            elif self.command == "HEAD":
-                self._json(200, None)
-            else:
-                self._json(404, _error("not_found_error", f"{self.command} {url.path} is not scripted"))
-
-        def do_GET(self) -> None:
-            self._handle()
-
-        def do_POST(self) -> None:
-            self._handle()
-
-        def do_HEAD(self) -> None:
-            self._handle()
-
-        def do_PUT(self) -> None:
-            self._handle()
-
-        def do_DELETE(self) -> None:
-            self._handle()
-
-        def _messages(self, body: dict[str, Any]) -> None:
-            reply = api._reply_for(body)
-            model = str(body.get("model") or MODEL_IDS[0])
-            message_id = api._message_id()
-            tokens = _input_tokens(body)
-            if not body.get("stream"):
-                self._json(200, reply.message(model, message_id, tokens))
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("request-id", f"req_{message_id}")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for event, data in reply.events(model, message_id, tokens):
-                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-
-        def _json(self, status: int, payload: Any) -> None:
-            data = b"" if payload is None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("request-id", f"req_scripted_{uuid.uuid4().hex[:12]}")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
-
-    return Handler
-
-
-def _halves(whole: str) -> list[str]:
-    middle = len(whole) // 2
-    return [part for part in (whole[:middle], whole[middle:]) if part] or [""]
+    def _messages(self, http: ScriptedHandler, request: Recorded, body: dict[str, Any]) -> None:
+        reply = self._reply_or_500(http, request, lambda message: _error("api_error", message))
+        if reply is None:
+            return
+        model = str(body.get("model") or MODEL_IDS[0])
+        message_id = f"msg_scripted_{self._next_id():04d}"
+        tokens = _input_tokens(body)
+        if not body.get("stream"):
+            http.send_json(200, reply.message(model, message_id, tokens))
+            return
+        events = (sse(data, event) for event, data in reply.events(model, message_id, tokens))
+        http.send_stream("text/event-stream; charset=utf-8", events, {"request-id": f"req_{message_id}"})
 
 
 def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:

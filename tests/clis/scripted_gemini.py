@@ -31,16 +31,15 @@ built from its response schema (`json_answers` fills known keys: the router's `m
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
+
+from . import scripted_server
+from .scripted_server import ScriptedHandler, ScriptedServer, sse
 
 MODEL_ID = "gemini-2.5-flash"
 """What `GET /v1beta/models` lists; any model a request names is answered all the same."""
@@ -127,16 +126,8 @@ Script = Sequence[Reply | Callable[[dict[str, Any]], Reply]]
 """Replies in order; a callable gets the request body and returns the reply."""
 
 
-@dataclass
-class Recorded:
+class Recorded(scripted_server.Recorded):
     """One request the server received."""
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: Any
-    at: float = field(default_factory=time.monotonic)
 
     @property
     def model(self) -> str | None:
@@ -150,8 +141,11 @@ class Recorded:
         return self.path.rsplit(":", 1)[1] if ":" in self.path.rsplit("/", 1)[-1] else None
 
 
-class ScriptedGemini:
+class ScriptedGemini(ScriptedServer[Reply, Recorded]):
     """The server: start it with `with`, point the CLI at `base_url`, read `requests` afterwards."""
+
+    thread_name = "scripted-gemini"
+    json_content_type = "application/json; charset=UTF-8"
 
     def __init__(
         self,
@@ -163,45 +157,22 @@ class ScriptedGemini:
         json_answers: Mapping[str, Any] | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        self.script = list(script)
-        self.after_script = after_script or text("(the scripted model has nothing more to say)")
-        self.side_reply = side_reply or text("Scripted.")
-        self.turns_need_tools = turns_need_tools
+        super().__init__(
+            script,
+            Recorded,
+            after_script=after_script or text("(the scripted model has nothing more to say)"),
+            side_reply=side_reply or text("Scripted."),
+            turns_need_tools=turns_need_tools,
+            host=host,
+        )
         self.json_answers = {**JSON_ANSWERS, **(json_answers or {})}
-        self.requests: list[Recorded] = []
-        self.unscripted_turns = 0
-        self.errors: list[str] = []
-        """Script steps that raised (the CLI got a 500 for them)."""
-        self._host = host
-        self._next = 0
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer((host, 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-gemini", daemon=True)
-
-    # -- lifecycle ------------------------------------------------------------------------------
 
     @property
     def base_url(self) -> str:
         """For `GOOGLE_GEMINI_BASE_URL` (the CLI appends `/v1beta/models/...`)."""
-        return f"http://{self._host}:{self._server.server_port}"
-
-    def __enter__(self) -> ScriptedGemini:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        return self.root_url
 
     # -- what the CLI sent ------------------------------------------------------------------------
-
-    def turns(self) -> list[dict[str, Any]]:
-        """The bodies of the model turns (the requests that took a scripted reply)."""
-        with self._lock:
-            return [r.body for r in self.requests if self._takes_script(r)]
 
     def parts(self, kind: str) -> list[dict[str, Any]]:
         """Every part holding `kind` (`functionCall`, `functionResponse`, `text`) the CLI sent, once each.
@@ -220,130 +191,48 @@ class ScriptedGemini:
         """The `functionResponse`s (`name`, `response`, `id`) the CLI sent back, in order."""
         return self.parts("functionResponse")
 
-    def paths(self) -> list[str]:
-        """`METHOD /path` of every request, in order."""
-        with self._lock:
-            return [f"{r.method} {r.path}" for r in self.requests]
-
     # -- answering ------------------------------------------------------------------------------
 
-    def _takes_script(self, request: Recorded) -> bool:
+    def _is_turn(self, request: Recorded) -> bool:
+        return request.method_name == "streamGenerateContent"
+
+    def _side_reply(self, body: dict[str, Any]) -> Reply:
+        config = body.get("generationConfig") or {}
+        if config.get("responseMimeType") == "application/json":
+            schema = config.get("responseJsonSchema") or config.get("responseSchema") or {}
+            return text(json.dumps(_fill(schema, self.json_answers)))
+        return self.side_reply
+
+    def _answer(self, http: ScriptedHandler, request: Recorded) -> None:
         body = request.body
-        if not isinstance(body, dict) or request.method_name != "streamGenerateContent":
-            return False
-        return not self.turns_need_tools or bool(body.get("tools"))
+        method = request.method_name
+        if request.method == "POST" and method in ("streamGenerateContent", "generateContent"):
+            self._generate(http, request, stream=method == "streamGenerateContent")
+        elif request.method == "POST" and method == "countTokens":
+            http.send_json(200, {"totalTokens": _prompt_tokens(body if isinstance(body, dict) else {})})
+        elif request.method == "GET" and request.path.rstrip("/").endswith("/models"):
+            http.send_json(200, {"models": [_model(MODEL_ID)]})
+        elif request.method == "GET" and request.model:
+            http.send_json(200, _model(request.model))
+        else:
+            http.send_json(404, _error(404, f"{request.method} {request.path} is not scripted", "NOT_FOUND"))
 
-    def _reply_for(self, request: Recorded) -> Reply:
+    def _generate(self, http: ScriptedHandler, request: Recorded, *, stream: bool) -> None:
+        reply = self._reply_or_500(http, request, lambda message: _error(500, message, "INTERNAL"))
+        if reply is None:
+            return
         body = request.body if isinstance(request.body, dict) else {}
-        with self._lock:
-            if not self._takes_script(request):
-                config = body.get("generationConfig") or {}
-                if config.get("responseMimeType") == "application/json":
-                    schema = config.get("responseJsonSchema") or config.get("responseSchema") or {}
-                    return text(json.dumps(_fill(schema, self.json_answers)))
-                return self.side_reply
-            if self._next >= len(self.script):
-                self.unscripted_turns += 1
-                return self.after_script
-            step = self.script[self._next]
-            self._next += 1
-        return step(body) if callable(step) else step
-
-    def _record(self, request: Recorded) -> None:
-        with self._lock:
-            self.requests.append(request)
-
-    def _response_id(self) -> str:
-        return f"scripted-{next(self._ids):04d}"
-
-
-def _handler(api: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def _read_body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if not raw:
-                return None
-            try:
-                return json.loads(raw)
-            except ValueError:
-                return raw.decode("utf-8", "replace")
-
-        def _handle(self) -> None:
-            url = urlsplit(self.path)
-            body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
-            request = Recorded(self.command, url.path, url.query, dict(self.headers.items()), body)
-            api._record(request)
-            method = request.method_name
-            if self.command == "POST" and method in ("streamGenerateContent", "generateContent"):
-                self._generate(request, stream=method == "streamGenerateContent")
-            elif self.command == "POST" and method == "countTokens":
-                self._json(200, {"totalTokens": _prompt_tokens(body if isinstance(body, dict) else {})})
-            elif self.command == "GET" and url.path.rstrip("/").endswith("/models"):
-                self._json(200, {"models": [_model(MODEL_ID)]})
-            elif self.command == "GET" and request.model:
-                self._json(200, _model(request.model))
-            else:
-                self._json(404, _error(404, f"{self.command} {url.path} is not scripted", "NOT_FOUND"))
-
-        def do_GET(self) -> None:
-            self._handle()
-
-        def do_POST(self) -> None:
-            self._handle()
-
-        def do_PUT(self) -> None:
-            self._handle()
-
-        def do_PATCH(self) -> None:
-            self._handle()
-
-        def do_DELETE(self) -> None:
-            self._handle()
-
-        def _generate(self, request: Recorded, *, stream: bool) -> None:
-            try:
-                reply = api._reply_for(request)
-            except Exception as error:  # a script step that could not answer: say so, loudly
-                api.errors.append(repr(error))
-                self._json(500, _error(500, f"scripted server: {error!r}", "INTERNAL"))
-                return
-            body = request.body if isinstance(request.body, dict) else {}
-            model = request.model or MODEL_ID
-            response_id = api._response_id()
-            usage = _usage(body, reply)
-            if not stream:
-                self._json(200, reply.response(model, response_id, usage))
-                return
-            sse = "sse" in parse_qs(request.query).get("alt", [])
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            chunks = reply.chunks(model, response_id, usage)
-            if sse:
-                for chunk in chunks:
-                    self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                    self.wfile.flush()
-            else:  # without alt=sse the stream is one JSON array
-                self.wfile.write(json.dumps(chunks).encode())
-
-        def _json(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+        model = request.model or MODEL_ID
+        response_id = f"scripted-{self._next_id():04d}"
+        usage = _usage(body, reply)
+        if not stream:
+            http.send_json(200, reply.response(model, response_id, usage))
+            return
+        chunks = reply.chunks(model, response_id, usage)
+        if "sse" in parse_qs(request.query).get("alt", []):
+            http.send_stream("text/event-stream", (sse(chunk, newline="\r\n") for chunk in chunks))
+        else:  # without alt=sse the stream is one JSON array
+            http.send_stream("application/json", [json.dumps(chunks)])
 
 
 def _fill(schema: Mapping[str, Any], answers: Mapping[str, Any], key: str | None = None) -> Any:

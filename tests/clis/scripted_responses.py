@@ -31,16 +31,15 @@ get `after_script` (plain text, so the CLI ends its loop) and are counted in `un
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from . import scripted_server
+from .scripted_server import ScriptedHandler, ScriptedServer, halves, sse
 
 MODEL_ID = "gpt-5.1-codex-scripted"
 """The model the CLIs are configured with; any model a request names is answered all the same."""
@@ -81,7 +80,7 @@ class Reply:
                     "output_index": index,
                     "item": {**item, "arguments": "", "status": "in_progress"},
                 }
-                for part in _halves(item["arguments"]):
+                for part in halves(item["arguments"]):
                     yield {
                         "type": "response.function_call_arguments.delta",
                         "item_id": item["id"],
@@ -103,7 +102,7 @@ class Reply:
                 for content_index, part in enumerate(item["content"]):
                     where = {"item_id": item["id"], "output_index": index, "content_index": content_index}
                     yield {"type": "response.content_part.added", **where, "part": {**part, "text": ""}}
-                    for piece in _halves(part["text"]):
+                    for piece in halves(part["text"]):
                         yield {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
                     yield {"type": "response.output_text.done", **where, "text": part["text"], "logprobs": []}
                     yield {"type": "response.content_part.done", **where, "part": dict(part)}
@@ -186,24 +185,18 @@ Script = Sequence[Reply | Callable[[dict[str, Any]], Reply]]
 """Replies in order; a callable gets the request body and returns the reply."""
 
 
-@dataclass
-class Recorded:
+class Recorded(scripted_server.Recorded):
     """One request the server received."""
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: Any
-    at: float = field(default_factory=time.monotonic)
 
     @property
     def is_turn(self) -> bool:
         return self.method == "POST" and self.path.rstrip("/").endswith("/responses")
 
 
-class ScriptedResponses:
+class ScriptedResponses(ScriptedServer[Reply, Recorded]):
     """The server: start it with `with`, point the CLI at `base_url`, read `requests` afterwards."""
+
+    thread_name = "scripted-responses"
 
     def __init__(
         self,
@@ -214,44 +207,21 @@ class ScriptedResponses:
         turns_need_tools: bool = True,
         host: str = "127.0.0.1",
     ) -> None:
-        self.script = list(script)
-        self.after_script = after_script or text("(the scripted model has nothing more to say)")
-        self.side_reply = side_reply or text("Scripted session")
-        self.turns_need_tools = turns_need_tools
-        self.requests: list[Recorded] = []
-        self.unscripted_turns = 0
-        self.errors: list[str] = []
-        """Script steps that raised (the CLI got a 500 for them)."""
-        self._host = host
-        self._next = 0
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer((host, 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-responses", daemon=True)
-
-    # -- lifecycle ------------------------------------------------------------------------------
+        super().__init__(
+            script,
+            Recorded,
+            after_script=after_script or text("(the scripted model has nothing more to say)"),
+            side_reply=side_reply or text("Scripted session"),
+            turns_need_tools=turns_need_tools,
+            host=host,
+        )
 
     @property
     def base_url(self) -> str:
         """The provider's base URL, `/v1` included (Codex appends `/responses`)."""
-        return f"http://{self._host}:{self._server.server_port}/v1"
-
-    def __enter__(self) -> ScriptedResponses:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        return f"{self.root_url}/v1"
 
     # -- what the CLI sent ------------------------------------------------------------------------
-
-    def turns(self) -> list[dict[str, Any]]:
-        """The bodies of the model turns (`POST /v1/responses` that took a scripted reply)."""
-        with self._lock:
-            return [r.body for r in self.requests if r.is_turn and self._takes_script(r.body)]
 
     def input_items(self, kind: str) -> list[dict[str, Any]]:
         """Every `input` item of type `kind` the CLI sent, once each, in order.
@@ -279,127 +249,41 @@ class ScriptedResponses:
                 return str(output)
         return None
 
-    def paths(self) -> list[str]:
-        """`METHOD /path` of every request, in order."""
-        with self._lock:
-            return [f"{r.method} {r.path}" for r in self.requests]
-
     # -- answering ------------------------------------------------------------------------------
 
-    def _takes_script(self, body: Any) -> bool:
-        return isinstance(body, dict) and (not self.turns_need_tools or bool(body.get("tools")))
+    def _is_turn(self, request: Recorded) -> bool:
+        return request.is_turn
 
-    def _reply_for(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            if not self._takes_script(body):
-                return self.side_reply
-            if self._next >= len(self.script):
-                self.unscripted_turns += 1
-                return self.after_script
-            step = self.script[self._next]
-            self._next += 1
-        return step(body) if callable(step) else step
+    def _answer(self, http: ScriptedHandler, request: Recorded) -> None:
+        body = request.body
+        path = request.path.rstrip("/")
+        if request.is_turn and isinstance(body, dict):
+            self._responses(http, request, body)
+        elif request.method == "GET" and path.endswith("/models"):
+            http.send_json(200, {"object": "list", "data": [_model(MODEL_ID)], "models": []})
+        elif request.method == "HEAD":
+            http.send_json(200, None)
+        else:
+            message = f"{request.method} {request.path} is not scripted"
+            http.send_json(404, {"error": {"message": message, "type": "invalid_request_error", "code": None}})
 
-    def _record(self, request: Recorded) -> None:
-        with self._lock:
-            self.requests.append(request)
-
-    def _response_id(self) -> str:
-        return f"resp_scripted_{next(self._ids):04d}"
-
-
-def _handler(api: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def _read_body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if not raw:
-                return None
-            if "zstd" in (self.headers.get("Content-Encoding") or ""):
-                return raw.decode("latin-1")  # not expected: Codex compresses only for OpenAI's own auth
-            try:
-                return json.loads(raw)
-            except ValueError:
-                return raw.decode("utf-8", "replace")
-
-        def _handle(self) -> None:
-            url = urlsplit(self.path)
-            body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
-            api._record(Recorded(self.command, url.path, url.query, dict(self.headers.items()), body))
-            path = url.path.rstrip("/")
-            if self.command == "POST" and path.endswith("/responses") and isinstance(body, dict):
-                self._responses(body)
-            elif self.command == "GET" and path.endswith("/models"):
-                self._json(200, {"object": "list", "data": [_model(MODEL_ID)], "models": []})
-            elif self.command == "HEAD":
-                self._json(200, None)
-            else:
-                message = f"{self.command} {url.path} is not scripted"
-                self._json(404, {"error": {"message": message, "type": "invalid_request_error", "code": None}})
-
-        def do_GET(self) -> None:
-            self._handle()
-
-        def do_POST(self) -> None:
-            self._handle()
-
-        def do_PUT(self) -> None:
-            self._handle()
-
-        def do_PATCH(self) -> None:
-            self._handle()
-
-        def do_DELETE(self) -> None:
-            self._handle()
-
-        def do_HEAD(self) -> None:
-            self._handle()
-
-        def _responses(self, body: dict[str, Any]) -> None:
-            try:
-                reply = api._reply_for(body)
-            except Exception as error:  # a script step that could not answer: say so, loudly
-                api.errors.append(repr(error))
-                self._json(500, {"error": {"message": f"scripted server: {error!r}", "type": "server_error"}})
-                return
-            model = str(body.get("model") or MODEL_ID)
-            response_id = api._response_id()
-            usage = _usage(body, reply)
-            if not body.get("stream"):
-                self._json(200, reply.response(model, response_id, usage, done=True))
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("x-request-id", f"req_{response_id}")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for number, event in enumerate(reply.events(model, response_id, usage)):
-                event = {**event, "sequence_number": number}
-                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-                self.wfile.flush()
-
-        def _json(self, status: int, payload: Any) -> None:
-            data = b"" if payload is None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
-
-    return Handler
-
-
-def _halves(whole: str) -> list[str]:
-    middle = len(whole) // 2
-    return [part for part in (whole[:middle], whole[middle:]) if part] or [""]
+    def _responses(self, http: ScriptedHandler, request: Recorded, body: dict[str, Any]) -> None:
+        reply = self._reply_or_500(
+            http, request, lambda message: {"error": {"message": message, "type": "server_error"}}
+        )
+        if reply is None:
+            return
+        model = str(body.get("model") or MODEL_ID)
+        response_id = f"resp_scripted_{self._next_id():04d}"
+        usage = _usage(body, reply)
+        if not body.get("stream"):
+            http.send_json(200, reply.response(model, response_id, usage, done=True))
+            return
+        events = (
+            sse({**event, "sequence_number": number}, event["type"])
+            for number, event in enumerate(reply.events(model, response_id, usage))
+        )
+        http.send_stream("text/event-stream", events, {"x-request-id": f"req_{response_id}"})
 
 
 def _usage(body: Mapping[str, Any], reply: Reply) -> dict[str, Any]:

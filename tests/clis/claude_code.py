@@ -21,37 +21,22 @@ answers `allow`.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from .cli_process import DEFAULT_TIMEOUT, CliRun, cli_env, clis_dir, find_binary, run_process
 
-CLIS_DIR_ENV = "APPROVALS_CLIS_DIR"
-"""The folder tests/clis/install.sh printed (`make clis`): holds bin/claude."""
 CLAUDE_VERSION = "2.1.328"
 """The version pinned in tests/clis/package-lock.json."""
-DEFAULT_TIMEOUT = 60.0
 
 
 def claude_binary() -> Path:
     """The native Claude Code binary installed by tests/clis/install.sh, or skip the test."""
-    folder = os.environ.get(CLIS_DIR_ENV)
-    if not folder:
-        pytest.skip(f"Claude Code is not installed: run `make clis` (tests/clis/install.sh) and export {CLIS_DIR_ENV}")
-    root = Path(folder)
+    root = clis_dir("Claude Code")
     candidates = [root / "bin" / "claude", *sorted(root.glob("node_modules/@anthropic-ai/claude-code-*/claude"))]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.skip(f"{CLIS_DIR_ENV}={folder} holds no Claude Code binary (bin/claude): run tests/clis/install.sh again")
+    return find_binary(root, candidates, "Claude Code binary (bin/claude)")
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -106,15 +91,8 @@ def make_project(
 # -- running ----------------------------------------------------------------------------------
 
 
-@dataclass
-class ClaudeRun:
+class ClaudeRun(CliRun):
     """What one `claude -p` run left: exit code, output, and how long it took."""
-
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
 
     @property
     def result(self) -> dict[str, Any]:
@@ -127,30 +105,19 @@ class ClaudeRun:
 
     def events(self) -> list[dict[str, Any]]:
         """The messages of an `--output-format stream-json` run."""
-        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
-
-    def describe(self) -> str:
-        return (
-            f"claude exited {self.returncode} after {self.seconds:.1f} s\n"
-            f"stdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-        )
+        return self.json_lines()
 
 
 def claude_env(home: Path, base_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a run: nothing inherited but PATH and the locale."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    values = {
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": "sk-ant-scripted-test-key",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
         "CI": "1",
     }
-    env.update(extra or {})
-    return env
+    return cli_env(home, values, extra)
 
 
 def run_claude(
@@ -176,25 +143,8 @@ def run_claude(
         home = project.parent / "home"
     home.mkdir(parents=True, exist_ok=True)
     command = [str(binary), "-p", prompt, *args]
-    started = time.monotonic()
-    with subprocess.Popen(
-        command,
-        cwd=project,
-        env=claude_env(home, base_url, env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
-    return ClaudeRun(command, process.returncode, stdout, stderr, time.monotonic() - started)
+    run = run_process(command, cwd=project, env=claude_env(home, base_url, env), timeout=timeout)
+    return ClaudeRun(**vars(run))
 
 
 def resume_args(session_id: str, *more: str) -> list[str]:

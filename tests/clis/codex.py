@@ -42,28 +42,27 @@ the Responses API `call_id`):
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from .cli_process import (
+    CLIS_DIR_ENV,
+    DEFAULT_TIMEOUT,
+    CliRun,
+    cli_env,
+    clis_dir,
+    find_binary,
+    make_project,
+    run_process,
+)
 from .scripted_responses import MODEL_ID
 
-CLIS_DIR_ENV = "APPROVALS_CLIS_DIR"
-"""The folder tests/clis/install.sh printed (`make clis`): holds node_modules (and bin/)."""
 CODEX_VERSION = "0.169.0"
 """The version pinned in tests/clis/package-lock.json."""
 API_KEY_ENV = "APPROVALS_SCRIPTED_API_KEY"
 """The variable the scripted provider's `env_key` names (Codex sends it as the bearer token)."""
-DEFAULT_TIMEOUT = 60.0
 EXEC_FLAGS = (
     "--skip-git-repo-check",
     "--dangerously-bypass-approvals-and-sandbox",
@@ -71,17 +70,6 @@ EXEC_FLAGS = (
     "--strict-config",
 )
 """`codex exec` flags of every run: see the module's docstring."""
-
-
-def clis_dir(tool: str) -> Path:
-    """`$APPROVALS_CLIS_DIR`, or skip the test saying how to install `tool`."""
-    folder = os.environ.get(CLIS_DIR_ENV)
-    if not folder:
-        pytest.skip(f"{tool} is not installed: run `make clis` (tests/clis/install.sh) and export {CLIS_DIR_ENV}")
-    root = Path(folder)
-    if not (root / "node_modules").is_dir():
-        pytest.skip(f"{CLIS_DIR_ENV}={folder} holds no node_modules: run tests/clis/install.sh again")
-    return root
 
 
 def codex_binary() -> Path:
@@ -92,10 +80,25 @@ def codex_binary() -> Path:
         root / "node_modules" / ".bin" / "codex",
         *sorted(root.glob("node_modules/@openai/codex-*/vendor/*/bin/codex")),
     ]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.skip(f"{CLIS_DIR_ENV}={root} holds no Codex (bin/codex): run tests/clis/install.sh again")
+    return find_binary(root, candidates, "Codex (bin/codex)")
+
+
+__all__ = [
+    "ALLOW",
+    "CLIS_DIR_ENV",
+    "CODEX_VERSION",
+    "DEFAULT_TIMEOUT",
+    "CliRun",
+    "clis_dir",
+    "codex_binary",
+    "command_hook",
+    "deny",
+    "make_codex_home",
+    "make_project",
+    "matcher",
+    "run_codex",
+    "run_process",
+]
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -179,13 +182,6 @@ def make_codex_home(
     return home
 
 
-def make_project(root: Path) -> Path:
-    """An empty project folder under `root` (not a git repository)."""
-    project = root / "project"
-    project.mkdir(parents=True, exist_ok=True)
-    return project
-
-
 def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a TOML basic string
 
@@ -193,68 +189,15 @@ def _toml(value: str) -> str:
 # -- running ----------------------------------------------------------------------------------
 
 
-@dataclass
-class CliRun:
-    """What one headless CLI run left: exit code, output, and how long it took."""
-
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def json_lines(self) -> list[dict[str, Any]]:
-        """The JSON objects of a run that prints one a line (`codex exec --json`)."""
-        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
-
-    def describe(self) -> str:
-        name = Path(self.args[0]).name if self.args else "cli"
-        head = f"{name} exited {self.returncode} after {self.seconds:.1f} s"
-        return f"{head}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-
-
-def run_process(command: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float) -> CliRun:
-    """Run `command` in a session of its own with no stdin; past `timeout` seconds kill its whole
-    process group (the shells it started too) and raise `subprocess.TimeoutExpired`."""
-    command = [str(part) for part in command]
-    started = time.monotonic()
-    with subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
-    return CliRun(command, process.returncode, stdout, stderr, time.monotonic() - started)
-
-
 def codex_env(codex_home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a run: nothing inherited but PATH and the locale.
 
     Hooks inherit it: `extra` is the way to hand a hook variables.
     """
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(codex_home.parent / "home"),
-        "CODEX_HOME": str(codex_home),
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        API_KEY_ENV: "sk-scripted-test-key",
-        "NO_COLOR": "1",
-    }
-    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-    env.update(extra or {})
-    return env
+    home = codex_home.parent / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    values = {"CODEX_HOME": str(codex_home), API_KEY_ENV: "sk-scripted-test-key", "NO_COLOR": "1"}
+    return cli_env(home, values, extra)
 
 
 def run_codex(

@@ -39,19 +39,15 @@ Hook behaviour (BeforeTool; the hook gets `tool_name: "run_shell_command"`, `too
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .codex import CliRun, clis_dir, run_process
+from .cli_process import DEFAULT_TIMEOUT, CliRun, cli_env, clis_dir, find_binary, make_project, run_process
 from .scripted_gemini import SHELL_TOOL
 
 GEMINI_VERSION = "0.61.0"
 """The version pinned in tests/clis/package-lock.json."""
-DEFAULT_TIMEOUT = 60.0
 
 __all__ = [
     "GEMINI_VERSION",
@@ -75,10 +71,7 @@ def gemini_binary() -> Path:
         root / "node_modules" / ".bin" / "gemini",
         root / "node_modules" / "@google" / "gemini-cli" / "bundle" / "gemini.js",
     ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    pytest.skip(f"{root} holds no Gemini CLI (bin/gemini): run tests/clis/install.sh again")
+    return find_binary(root, candidates, "Gemini CLI (bin/gemini)", executable=False)
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -142,13 +135,6 @@ def make_gemini_home(
     return home
 
 
-def make_project(root: Path) -> Path:
-    """An empty project folder under `root` (not a git repository)."""
-    project = root / "project"
-    project.mkdir(parents=True, exist_ok=True)
-    return project
-
-
 # -- running ----------------------------------------------------------------------------------
 
 
@@ -158,18 +144,8 @@ def gemini_env(home: Path, base_url: str, extra: Mapping[str, str] | None = None
     Hooks inherit it (less what the CLI's redaction removes): `extra` is the way to hand a hook
     variables.
     """
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "GOOGLE_GEMINI_BASE_URL": base_url,
-        "GEMINI_API_KEY": "scripted-test-key",
-        "NO_COLOR": "1",
-        "CI": "1",
-    }
-    env.update(extra or {})
-    return env
+    values = {"GOOGLE_GEMINI_BASE_URL": base_url, "GEMINI_API_KEY": "scripted-test-key", "NO_COLOR": "1", "CI": "1"}
+    return cli_env(home, values, extra)
 
 
 def run_gemini(

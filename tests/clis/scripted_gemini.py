@@ -144,27 +144,14 @@ class Recorded(scripted_server.Recorded):
 class ScriptedGemini(ScriptedServer[Reply, Recorded]):
     """The server: start it with `with`, point the CLI at `base_url`, read `requests` afterwards."""
 
+    recorded = Recorded
     thread_name = "scripted-gemini"
+    side_text = "Scripted."
     json_content_type = "application/json; charset=UTF-8"
 
-    def __init__(
-        self,
-        script: Script,
-        *,
-        after_script: Reply | None = None,
-        side_reply: Reply | None = None,
-        turns_need_tools: bool = True,
-        json_answers: Mapping[str, Any] | None = None,
-        host: str = "127.0.0.1",
-    ) -> None:
-        super().__init__(
-            script,
-            Recorded,
-            after_script=after_script or text("(the scripted model has nothing more to say)"),
-            side_reply=side_reply or text("Scripted."),
-            turns_need_tools=turns_need_tools,
-            host=host,
-        )
+    def __init__(self, script: Script, *, json_answers: Mapping[str, Any] | None = None, **options: Any) -> None:
+        """`options`: those of ScriptedServer (`after_script`, `side_reply`, `turns_need_tools`, `host`)."""
+        super().__init__(script, **options)
         self.json_answers = {**JSON_ANSWERS, **(json_answers or {})}
 
     @property
@@ -192,6 +179,9 @@ class ScriptedGemini(ScriptedServer[Reply, Recorded]):
         return self.parts("functionResponse")
 
     # -- answering ------------------------------------------------------------------------------
+
+    def _text(self, answer: str) -> Reply:
+        return text(answer)
 
     def _is_turn(self, request: Recorded) -> bool:
         return request.method_name == "streamGenerateContent"

@@ -196,25 +196,8 @@ class Recorded(scripted_server.Recorded):
 class ScriptedResponses(ScriptedServer[Reply, Recorded]):
     """The server: start it with `with`, point the CLI at `base_url`, read `requests` afterwards."""
 
+    recorded = Recorded
     thread_name = "scripted-responses"
-
-    def __init__(
-        self,
-        script: Script,
-        *,
-        after_script: Reply | None = None,
-        side_reply: Reply | None = None,
-        turns_need_tools: bool = True,
-        host: str = "127.0.0.1",
-    ) -> None:
-        super().__init__(
-            script,
-            Recorded,
-            after_script=after_script or text("(the scripted model has nothing more to say)"),
-            side_reply=side_reply or text("Scripted session"),
-            turns_need_tools=turns_need_tools,
-            host=host,
-        )
 
     @property
     def base_url(self) -> str:
@@ -250,6 +233,9 @@ class ScriptedResponses(ScriptedServer[Reply, Recorded]):
         return None
 
     # -- answering ------------------------------------------------------------------------------
+
+    def _text(self, answer: str) -> Reply:
+        return text(answer)
 
     def _is_turn(self, request: Recorded) -> bool:
         return request.is_turn

@@ -34,6 +34,8 @@ from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401
 from .claude_code import ClaudeRun, claude_binary, make_project, resume_args, run_claude
 from .scripted_anthropic import Reply, ScriptedAnthropic, bash, text
 
+RAN = ["call.requested", "call.approved", "call.executing", "call.succeeded"]
+"""A call approved, handed to Claude Code, run, and reported by its PostToolUse hook."""
 REVIEWER = "rita"
 ASKING = 30.0
 """Seconds the hook waits for a person while the CLI runs: far more than a test needs to decide."""
@@ -200,14 +202,15 @@ def test_an_approved_command_runs_and_is_stored_as_approved(
 
     [stored] = approvals.calls()
     assert stored.id == call.id
-    assert stored.status == "executing"  # approved, and handed to the hook: the CLI ran it (it reports no outcome)
+    assert stored.status == "succeeded"  # approved, handed to the CLI, which ran it and reported (PostToolUse)
+    assert stored.result is not None and "stdout" in stored.result
     assert stored.decided_by == REVIEWER
     assert stored.tool_name == "Bash"
     assert stored.tool_call_id == tool_use_id(call_bash)
     assert stored.args["command"] == f"touch {marker}"
     assert stored.context["cwd"] == str(project)
     assert stored.context["hook_event_name"] == "PreToolUse"
-    assert approvals.call_actions(stored.run_id) == ["call.requested", "call.approved", "call.executing"]
+    assert approvals.call_actions(stored.run_id) == RAN
     assert approvals.audit_verifies()
 
 
@@ -251,7 +254,7 @@ def test_an_edited_command_runs_as_the_reviewer_wrote_it(
     [outcome] = api.tool_results()
     assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
     [stored] = approvals.calls()
-    assert stored.status == "executing"
+    assert stored.status == "succeeded"
     assert stored.override_args == {"command": f"touch {edited}"}
     assert approvals.audit_verifies()
 
@@ -302,8 +305,8 @@ def test_a_deferred_run_resumed_after_the_approval_runs_the_command_once_asked(
     [outcome] = api.tool_results()
     assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
     [stored] = approvals.calls()  # the resumed run's ask found the same call
-    assert (stored.id, stored.status) == (call.id, "executing")
-    assert approvals.call_actions(stored.run_id) == ["call.requested", "call.approved", "call.executing"]
+    assert (stored.id, stored.status) == (call.id, "succeeded")
+    assert approvals.call_actions(stored.run_id) == RAN
     assert approvals.audit_verifies()
 
 
@@ -364,5 +367,5 @@ def test_a_server_restarted_while_the_command_hook_waits_is_asked_again(
     assert run.result["result"] == "All done."
     [outcome] = api.tool_results()
     assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
-    assert [(c.id, c.status) for c in stored] == [(call.id, "executing")]
-    assert actions == ["call.requested", "call.approved", "call.executing"]
+    assert [(c.id, c.status) for c in stored] == [(call.id, "succeeded")]
+    assert actions == ["call.requested", "call.approved", "call.executing", "call.succeeded"]

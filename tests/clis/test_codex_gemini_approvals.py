@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,7 @@ from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401
 from . import codex, gemini
 from . import scripted_gemini as sg
 from . import scripted_responses as sr
-from .codex import CliRun
+from .cli_process import CliRun, make_project
 
 REVIEWER = "rita"
 REASON = "not on the production box"
@@ -129,16 +129,6 @@ def approvals(db_url: str, tmp_path: Path) -> Iterator[Approvals]:  # noqa: F811
         yield Approvals(server, *tokens(server))
 
 
-@pytest.fixture
-def codex_cli() -> Path:
-    return codex.codex_binary()  # first, so a missing CLI skips before the server starts
-
-
-@pytest.fixture
-def gemini_cli() -> Path:
-    return gemini.gemini_binary()
-
-
 def decide_with(body: dict[str, Any]) -> Reviewer:
     """A reviewer who waits for the call, checks the command did not run yet, and decides `body`."""
 
@@ -163,10 +153,10 @@ def run_in_thread(cli: Callable[[], CliRun], approvals: Approvals | None, review
         return future.result(timeout=120)
 
 
-def with_grace(settings: Path, grace: float) -> None:
-    """Add `--grace` to the installed hook's command (the installer writes none)."""
+def with_grace(settings: Path, event: str, grace: float) -> None:
+    """Add `--grace` to the command of the hook installed for `event` (the installer writes none)."""
     content = json.loads(settings.read_text())
-    [group] = next(iter(content["hooks"].values()))
+    [group] = content["hooks"][event]
     [hook] = group["hooks"]
     hook["command"] += f" --grace {grace:g}"
     settings.write_text(json.dumps(content, indent=2))
@@ -176,139 +166,309 @@ def touch(marker: Path) -> str:
     return f"touch {shlex.quote(str(marker))}"
 
 
-# -- Codex --------------------------------------------------------------------------------------
+# -- the CLIs -----------------------------------------------------------------------------------
+
+Api = sr.ScriptedResponses | sg.ScriptedGemini
 
 
 @dataclass
-class CodexSession:
-    run: CliRun
-    api: sr.ScriptedResponses
-    hook_command: str
+class Setup:
+    """The hook's: our server's URL, the token it asks with, how it is installed."""
 
-    def output(self) -> str:
-        """What the model read as the shell call's output, checked to be in the turn after the call."""
-        assert self.api.errors == [], self.api.errors
-        turns = self.api.turns()
-        assert len(turns) == 2, (self.api.paths(), self.run.describe())
-        sent = [item for item in turns[1]["input"] if item.get("type") == "function_call_output"]
+    url: str
+    token: str
+    wait: float = WAIT
+    grace: float | None = None
+    settings: dict[str, Any] | None = None
+    """More Gemini settings (merged one level deep)."""
+    token_redacted: bool = False
+    """Take APPROVALS_TOKEN off the list the installer lets through Gemini's redaction."""
+
+
+Launch = Callable[[Path, Path, str, Mapping[str, str]], CliRun]
+"""Runs the installed CLI: binary, project, prompt, more environment."""
+
+
+class Cli:
+    """What differs between the CLIs: how the hook is installed and the CLI run, what the model and our store see."""
+
+    name: str
+    event: str
+    """The event the hook that asks is installed under."""
+    tool_name: str
+    """The tool name the hook reports (and the store keeps) for the shell call."""
+
+    def binary(self) -> Path:
+        raise NotImplementedError
+
+    def scripted(self, command: str) -> Api:
+        """The scripted model: it runs `command` (a call with id CALL_ID), then says it is done."""
+        raise NotImplementedError
+
+    def install(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_url: str, setup: Setup
+    ) -> tuple[Path, Launch]:
+        """Install the hook the way users do, for the model at `base_url`: the file it went into, and how to run."""
+        raise NotImplementedError
+
+    def args(self, command: str) -> dict[str, Any]:
+        """The arguments stored for the shell call of `command`."""
+        raise NotImplementedError
+
+    def edited(self, command: str) -> dict[str, Any]:
+        """Arguments a reviewer edits the call to, running `command` instead."""
+        return self.args(command)
+
+    def ran(self, session: Session) -> None:
+        """Check the model read the command's successful run."""
+        raise NotImplementedError
+
+    def blocked(self, session: Session) -> str:
+        """The reason the CLI gave the model for blocking the command (checked to be its block message)."""
+        raise NotImplementedError
+
+    def check_asked(self, call: ToolCallRow) -> None:
+        """Check what else the hook told our server about the call."""
+
+
+class Codex(Cli):
+    name, event, tool_name = "codex", "PreToolUse", "Bash"
+
+    def binary(self) -> Path:
+        return codex.codex_binary()
+
+    def scripted(self, command: str) -> Api:
+        return sr.ScriptedResponses([sr.shell(command, call_id=CALL_ID), sr.text("Done.")])
+
+    def install(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_url: str, setup: Setup
+    ) -> tuple[Path, Launch]:
+        assert setup.settings is None and not setup.token_redacted, "Gemini only"
+        home = codex.make_codex_home(tmp_path, base_url)
+        monkeypatch.setenv("CODEX_HOME", str(home))
+        installed = install_hook("codex", url=setup.url, wait=setup.wait)
+        assert installed.path == home / "hooks.json"
+
+        def launch(binary: Path, project: Path, prompt: str, env: Mapping[str, str]) -> CliRun:
+            return codex.run_codex(binary, project, prompt, codex_home=home, env=env)
+
+        return installed.path, launch
+
+    def args(self, command: str) -> dict[str, Any]:
+        return {"command": command}
+
+    def output(self, session: Session) -> str:
+        """What the model read as the shell call's output."""
+        assert isinstance(session.api, sr.ScriptedResponses)
+        sent = [item for item in session.turns[1]["input"] if item.get("type") == "function_call_output"]
         assert [item["call_id"] for item in sent] == [CALL_ID], sent
-        output = self.api.output_for(CALL_ID)
+        output = session.api.output_for(CALL_ID)
         assert output is not None
         return output
 
+    def ran(self, session: Session) -> None:
+        assert "Process exited with code 0" in self.output(session)
 
-def run_codex(
+    def blocked(self, session: Session) -> str:
+        output = self.output(session)
+        prefix, suffix = "Command blocked by PreToolUse hook: ", f". Command: {session.command}"
+        assert output.startswith(prefix) and output.endswith(suffix), output
+        assert "hook: PreToolUse Blocked" in session.run.stderr, session.run.describe()
+        return output[len(prefix) : -len(suffix)]
+
+    def check_asked(self, call: ToolCallRow) -> None:
+        assert call.tool_call_id == CALL_ID
+        assert call.context["model"] == sr.MODEL_ID
+
+
+class Gemini(Cli):
+    name, event, tool_name = "gemini", "BeforeTool", sg.SHELL_TOOL
+
+    def binary(self) -> Path:
+        return gemini.gemini_binary()
+
+    def scripted(self, command: str) -> Api:
+        return sg.ScriptedGemini([sg.shell(command, "Make the marker", id=CALL_ID), sg.text("Done.")])
+
+    def install(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_url: str, setup: Setup
+    ) -> tuple[Path, Launch]:
+        home = gemini.make_gemini_home(tmp_path, settings=setup.settings)
+        before = json.loads((home / ".gemini" / "settings.json").read_text())
+        monkeypatch.setenv("HOME", str(home))
+        installed = install_hook("gemini", url=setup.url, wait=setup.wait, user=True)
+        assert installed.path == home / ".gemini" / "settings.json"
+        merged = json.loads(installed.path.read_text())
+        redaction = merged["security"]["environmentVariableRedaction"]
+        assert redaction["allowed"][-1] == "APPROVALS_TOKEN"  # let through Gemini CLI's redaction
+        redaction["allowed"].pop()
+        if not redaction["allowed"]:
+            del redaction["allowed"]
+        if not redaction:
+            del merged["security"]["environmentVariableRedaction"]
+        assert {key: value for key, value in merged.items() if key != "hooks"} == before  # kept the harness's settings
+        if setup.token_redacted:  # as if the user took the token off the list
+            settings_now = json.loads(installed.path.read_text())
+            settings_now["security"]["environmentVariableRedaction"]["allowed"].remove("APPROVALS_TOKEN")
+            installed.path.write_text(json.dumps(settings_now))
+
+        def launch(binary: Path, project: Path, prompt: str, env: Mapping[str, str]) -> CliRun:
+            return gemini.run_gemini(binary, project, prompt, home=home, base_url=base_url, env=env)
+
+        return installed.path, launch
+
+    def args(self, command: str) -> dict[str, Any]:
+        return {"command": command, "description": "Make the marker"}
+
+    def edited(self, command: str) -> dict[str, Any]:
+        return {"command": command, "description": "Make the edited marker"}
+
+    def response(self, session: Session) -> dict[str, Any]:
+        """The shell call's `functionResponse.response` the model read."""
+        assert isinstance(session.api, sg.ScriptedGemini)
+        [response] = session.api.function_responses()
+        assert (response["name"], response["id"]) == (sg.SHELL_TOOL, CALL_ID)
+        assert {"functionResponse": response} in session.turns[1]["contents"][-1]["parts"]
+        result: dict[str, Any] = response["response"]
+        return result
+
+    def ran(self, session: Session) -> None:
+        assert "error" not in self.response(session)
+
+    def blocked(self, session: Session) -> str:
+        response = self.response(session)
+        assert set(response) == {"error"}, response
+        prefix = "Tool execution blocked: "
+        assert response["error"].startswith(prefix), response
+        return str(response["error"][len(prefix) :])
+
+
+CODEX, GEMINI = Codex(), Gemini()
+
+
+@dataclass
+class Session:
+    cli: Cli
+    run: CliRun
+    api: Api
+    command: str
+    hook_command: str
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        """The model's two turns (before and after the shell call), checked to be all it got."""
+        assert self.api.errors == [], self.api.errors
+        turns = self.api.turns()
+        assert len(turns) == 2, (self.api.paths(), self.run.describe())
+        return turns
+
+    def ran(self) -> None:
+        self.cli.ran(self)
+
+    def blocked(self) -> str:
+        return self.cli.blocked(self)
+
+
+def run_cli(
+    cli: Cli,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     binary: Path,
+    setup: Setup,
     *,
-    url: str,
-    token: str,
-    command: str,
-    wait: float = WAIT,
-    grace: float | None = None,
     approvals: Approvals | None = None,
     reviewer: Reviewer = nobody,
-) -> CodexSession:
-    project = codex.make_project(tmp_path)
-    with sr.ScriptedResponses([sr.shell(command, call_id=CALL_ID), sr.text("Done.")]) as api:
-        home = codex.make_codex_home(tmp_path, api.base_url)
-        monkeypatch.setenv("CODEX_HOME", str(home))
-        installed = install_hook("codex", url=url, wait=wait)
-        assert installed.path == home / "hooks.json"
-        if grace is not None:
-            with_grace(installed.path, grace)
-        [group] = json.loads(installed.path.read_text())["hooks"]["PreToolUse"]
+) -> Session:
+    """Install the hook, run the CLI on a model that touches `tmp_path/project/marker`, and let `reviewer` act."""
+    project = make_project(tmp_path)
+    command = touch(project / "marker")
+    with cli.scripted(command) as api:
+        path, launch = cli.install(tmp_path, monkeypatch, api.base_url, setup)
+        if setup.grace is not None:
+            with_grace(path, cli.event, setup.grace)
+        [group] = json.loads(path.read_text())["hooks"][cli.event]
         run = run_in_thread(
-            lambda: codex.run_codex(
-                binary, project, "Make the marker file.", codex_home=home, env={"APPROVALS_TOKEN": token}
-            ),
+            lambda: launch(binary, project, "Make the marker file.", {"APPROVALS_TOKEN": setup.token}),
             approvals,
             reviewer,
         )
     assert run.returncode == 0, run.describe()
-    return CodexSession(run, api, group["hooks"][0]["command"])
+    return Session(cli, run, api, command, group["hooks"][0]["command"])
 
 
-def blocked(session: CodexSession, command: str) -> str:
-    """The reason Codex gave the model for blocking `command` (checked to be its block message)."""
-    output = session.output()
-    prefix, suffix = "Command blocked by PreToolUse hook: ", f". Command: {command}"
-    assert output.startswith(prefix) and output.endswith(suffix), output
-    assert "hook: PreToolUse Blocked" in session.run.stderr, session.run.describe()
-    return output[len(prefix) : -len(suffix)]
+@pytest.fixture(params=[CODEX, GEMINI], ids=lambda cli: cli.name)
+def cli(request: pytest.FixtureRequest) -> Cli:
+    chosen: Cli = request.param
+    return chosen
 
 
-def test_codex_runs_the_command_a_reviewer_approves(
-    codex_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def binary(cli: Cli) -> Path:
+    return cli.binary()  # first, so a missing CLI skips before the server starts
+
+
+Ask = Callable[..., Session]
+"""Runs the CLI, its hook asking `approvals`, while a reviewer acts: `ask(reviewer, **more_setup)`."""
+
+
+@pytest.fixture
+def ask(cli: Cli, binary: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ask:
+    def run(reviewer: Reviewer, **more: Any) -> Session:
+        setup = Setup(approvals.url, approvals.agent_token, **more)
+        return run_cli(cli, tmp_path, monkeypatch, binary, setup, approvals=approvals, reviewer=reviewer)
+
+    return run
+
+
+@pytest.fixture
+def gemini_binary() -> Path:
+    return GEMINI.binary()
+
+
+# -- each CLI -----------------------------------------------------------------------------------
+
+
+def test_runs_the_command_a_reviewer_approves(cli: Cli, ask: Ask, approvals: Approvals, tmp_path: Path) -> None:
     marker = tmp_path / "project" / "marker"
-    session = run_codex(
-        tmp_path,
-        monkeypatch,
-        codex_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "approve"}),
-    )
+    session = ask(decide_with({"verdict": "approve"}))
     assert marker.exists(), session.run.describe()
-    assert "Process exited with code 0" in session.output()
-    assert " hook codex --wait 20 --url " in session.hook_command
+    session.ran()
+    assert f" hook {cli.name} --wait 20 --url " in session.hook_command
     call = approvals.only_call()
-    assert (call.tool_name, call.args, call.tool_call_id) == ("Bash", {"command": touch(marker)}, CALL_ID)
+    assert (call.tool_name, call.args) == (cli.tool_name, cli.args(touch(marker)))
+    cli.check_asked(call)
     assert call.context["cwd"] == str(tmp_path / "project")
-    assert call.context["hook_event_name"] == "PreToolUse"
-    assert call.context["model"] == sr.MODEL_ID
-    # Handed out: the CLI was told to run it. Nothing reports how it went, so it stays executing.
-    assert (call.status, call.verdict, call.decided_by) == ("executing", "approve", REVIEWER)
+    assert call.context["hook_event_name"] == cli.event
+    # Handed out, run, and reported by the after-tool hook the installer adds (PostToolUse, AfterTool).
+    assert (call.status, call.verdict, call.decided_by) == ("succeeded", "approve", REVIEWER)
 
 
-def test_codex_blocks_a_denied_command_and_the_model_reads_why(
-    codex_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_blocks_a_denied_command_and_the_model_reads_why(
+    cli: Cli, ask: Ask, approvals: Approvals, tmp_path: Path
 ) -> None:
     marker = tmp_path / "project" / "marker"
-    session = run_codex(
-        tmp_path,
-        monkeypatch,
-        codex_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "deny", "reason": REASON}),
-    )
+    session = ask(decide_with({"verdict": "deny", "reason": REASON}))
     assert not marker.exists(), session.run.describe()
-    assert blocked(session, touch(marker)) == f"A reviewer denied this call: {REASON}"
+    assert session.blocked() == f"A reviewer denied this call: {REASON}"
     call = approvals.only_call()
     assert (call.status, call.denial_reason, call.decided_by) == ("denied", REASON, REVIEWER)
 
 
-def test_codex_blocks_a_command_nobody_decided_and_names_where_it_waits(
-    codex_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_blocks_a_command_nobody_decided_and_names_where_it_waits(
+    cli: Cli, ask: Ask, approvals: Approvals, tmp_path: Path
 ) -> None:
     marker = tmp_path / "project" / "marker"
-    session = run_codex(
-        tmp_path,
-        monkeypatch,
-        codex_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        wait=1,
-        approvals=approvals,
-        reviewer=nobody,
-    )
+    session = ask(nobody, wait=1)
     assert not marker.exists(), session.run.describe()
     call = approvals.only_call()
     assert call.status == "pending"  # still in the inbox
-    reason = blocked(session, touch(marker))
+    reason = session.blocked()
     assert f"This call waits for a person's approval: {approvals.url}/calls/{call.id} ." in reason, reason
 
 
-def test_codex_blocks_the_command_when_our_server_is_down(
-    codex_cli: Path,
+def test_blocks_the_command_when_our_server_is_down(
+    cli: Cli,
+    binary: Path,
     db_url: str,  # noqa: F811 - the shared fixture
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -318,257 +478,46 @@ def test_codex_blocks_the_command_when_our_server_is_down(
         url = server.url
     # Stopped: nothing listens on its address now, but the hook has a real token for it.
     marker = tmp_path / "project" / "marker"
-    session = run_codex(tmp_path, monkeypatch, codex_cli, url=url, token=token, command=touch(marker), wait=1, grace=1)
-    assert not marker.exists(), session.run.describe()
-    reason = blocked(session, touch(marker))
-    assert reason.startswith(f"Blocked by approvals: approvals gave no decision in time (cannot reach {url}"), reason
-
-
-def test_codex_blocks_an_edited_command_and_the_model_reads_the_edit(
-    codex_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    marker, edited_marker = tmp_path / "project" / "marker", tmp_path / "project" / "edited-marker"
-    edited = {"command": touch(edited_marker)}
-    session = run_codex(
-        tmp_path,
-        monkeypatch,
-        codex_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "edit", "args": edited}),
-    )
-    assert not marker.exists() and not edited_marker.exists(), session.run.describe()
-    reason = blocked(session, touch(marker))
-    assert reason.startswith(f"A reviewer approved this call only with other input: {canonical_json(edited)}. "), reason
-    call = approvals.only_call()
-    assert (call.verdict, call.override_args, call.args) == ("edit", edited, {"command": touch(marker)})
-
-
-# -- Gemini -------------------------------------------------------------------------------------
-
-
-@dataclass
-class GeminiSession:
-    run: CliRun
-    api: sg.ScriptedGemini
-    hook_command: str
-
-    def response(self) -> dict[str, Any]:
-        """The shell call's `functionResponse.response` the model read, checked to be in the turn after the call."""
-        assert self.api.errors == [], self.api.errors
-        turns = self.api.turns()
-        assert len(turns) == 2, (self.api.paths(), self.run.describe())
-        [response] = self.api.function_responses()
-        assert (response["name"], response["id"]) == (sg.SHELL_TOOL, CALL_ID)
-        assert {"functionResponse": response} in turns[1]["contents"][-1]["parts"]
-        result: dict[str, Any] = response["response"]
-        return result
-
-    def blocked(self) -> str:
-        """The reason Gemini gave the model for blocking the command."""
-        response = self.response()
-        assert set(response) == {"error"}, response
-        prefix = "Tool execution blocked: "
-        assert response["error"].startswith(prefix), response
-        return str(response["error"][len(prefix) :])
-
-
-def run_gemini(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    binary: Path,
-    *,
-    url: str,
-    token: str,
-    command: str,
-    wait: float = WAIT,
-    grace: float | None = None,
-    approvals: Approvals | None = None,
-    reviewer: Reviewer = nobody,
-    settings: dict[str, Any] | None = None,
-    token_redacted: bool = False,
-) -> GeminiSession:
-    project = gemini.make_project(tmp_path)
-    home = gemini.make_gemini_home(tmp_path, settings=settings)
-    before = json.loads((home / ".gemini" / "settings.json").read_text())
-    monkeypatch.setenv("HOME", str(home))
-    installed = install_hook("gemini", url=url, wait=wait, user=True)
-    assert installed.path == home / ".gemini" / "settings.json"
-    merged = json.loads(installed.path.read_text())
-    redaction = merged["security"]["environmentVariableRedaction"]
-    assert redaction["allowed"][-1] == "APPROVALS_TOKEN"  # let through Gemini CLI's redaction
-    redaction["allowed"].pop()
-    if not redaction["allowed"]:
-        del redaction["allowed"]
-    if not redaction:
-        del merged["security"]["environmentVariableRedaction"]
-    assert {key: value for key, value in merged.items() if key != "hooks"} == before  # kept the harness's settings
-    if token_redacted:  # as if the user took the token off the list
-        settings_now = json.loads(installed.path.read_text())
-        settings_now["security"]["environmentVariableRedaction"]["allowed"].remove("APPROVALS_TOKEN")
-        installed.path.write_text(json.dumps(settings_now))
-    if grace is not None:
-        with_grace(installed.path, grace)
-    [group] = json.loads(installed.path.read_text())["hooks"]["BeforeTool"]
-    script = [sg.shell(command, "Make the marker", id=CALL_ID), sg.text("Done.")]
-    with sg.ScriptedGemini(script) as api:
-        run = run_in_thread(
-            lambda: gemini.run_gemini(
-                binary,
-                project,
-                "Make the marker file.",
-                home=home,
-                base_url=api.base_url,
-                env={"APPROVALS_TOKEN": token},
-            ),
-            approvals,
-            reviewer,
-        )
-    assert run.returncode == 0, run.describe()
-    return GeminiSession(run, api, group["hooks"][0]["command"])
-
-
-def test_gemini_runs_the_command_a_reviewer_approves(
-    gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    marker = tmp_path / "project" / "marker"
-    session = run_gemini(
-        tmp_path,
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "approve"}),
-    )
-    assert marker.exists(), session.run.describe()
-    assert "error" not in session.response()
-    assert " hook gemini --wait 20 --url " in session.hook_command
-    call = approvals.only_call()
-    assert (call.tool_name, call.args) == (sg.SHELL_TOOL, {"command": touch(marker), "description": "Make the marker"})
-    assert call.context["cwd"] == str(tmp_path / "project")
-    assert call.context["hook_event_name"] == "BeforeTool"
-    # Handed out: the CLI was told to run it. Nothing reports how it went, so it stays executing.
-    assert (call.status, call.verdict, call.decided_by) == ("executing", "approve", REVIEWER)
-
-
-def test_gemini_blocks_a_denied_command_and_the_model_reads_why(
-    gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    marker = tmp_path / "project" / "marker"
-    session = run_gemini(
-        tmp_path,
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "deny", "reason": REASON}),
-    )
-    assert not marker.exists(), session.run.describe()
-    assert session.blocked() == f"A reviewer denied this call: {REASON}"
-    call = approvals.only_call()
-    assert (call.status, call.denial_reason, call.decided_by) == ("denied", REASON, REVIEWER)
-
-
-def test_gemini_blocks_a_command_nobody_decided_and_names_where_it_waits(
-    gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    marker = tmp_path / "project" / "marker"
-    session = run_gemini(
-        tmp_path,
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        wait=1,
-        approvals=approvals,
-        reviewer=nobody,
-    )
-    assert not marker.exists(), session.run.describe()
-    call = approvals.only_call()
-    assert call.status == "pending"
-    reason = session.blocked()
-    assert f"This call waits for a person's approval: {approvals.url}/calls/{call.id} ." in reason, reason
-
-
-def test_gemini_blocks_the_command_when_our_server_is_down(
-    gemini_cli: Path,
-    db_url: str,  # noqa: F811 - the shared fixture
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    with serving(db_url, tmp_path / "server", AgentRegistry(), users=False) as server:
-        token, _ = tokens(server)
-        url = server.url
-    marker = tmp_path / "project" / "marker"
-    session = run_gemini(
-        tmp_path, monkeypatch, gemini_cli, url=url, token=token, command=touch(marker), wait=1, grace=1
-    )
+    session = run_cli(cli, tmp_path, monkeypatch, binary, Setup(url, token, wait=1, grace=1))
     assert not marker.exists(), session.run.describe()
     reason = session.blocked()
     assert reason.startswith(f"Blocked by approvals: approvals gave no decision in time (cannot reach {url}"), reason
 
 
-def test_gemini_blocks_an_edited_command_and_the_model_reads_the_edit(
-    gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_blocks_an_edited_command_and_the_model_reads_the_edit(
+    cli: Cli, ask: Ask, approvals: Approvals, tmp_path: Path
 ) -> None:
     marker, edited_marker = tmp_path / "project" / "marker", tmp_path / "project" / "edited-marker"
-    edited = {"command": touch(edited_marker), "description": "Make the edited marker"}
-    session = run_gemini(
-        tmp_path,
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "edit", "args": edited}),
-    )
+    edited = cli.edited(touch(edited_marker))
+    session = ask(decide_with({"verdict": "edit", "args": edited}))
     assert not marker.exists() and not edited_marker.exists(), session.run.describe()
     reason = session.blocked()
     assert reason.startswith(f"A reviewer approved this call only with other input: {canonical_json(edited)}. "), reason
     call = approvals.only_call()
-    assert (call.verdict, call.override_args) == ("edit", edited)
+    assert (call.verdict, call.override_args, call.args) == ("edit", edited, cli.args(touch(marker)))
+
+
+# -- Gemini only --------------------------------------------------------------------------------
 
 
 def test_gemini_blocks_the_command_when_it_redacts_the_token_unless_the_token_is_allowed(
-    gemini_cli: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    gemini_binary: Path, approvals: Approvals, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With environment redaction on, Gemini hands hooks no APPROVALS_TOKEN (its name matches /TOKEN/): the hook
     blocks. The installer lists the variable in `allowed`, which lets it through."""
     marker = tmp_path / "redacted" / "project" / "marker"
     redacting = {"security": {"environmentVariableRedaction": {"enabled": True}}}
-    session = run_gemini(
-        tmp_path / "redacted",
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        settings=redacting,
-        token_redacted=True,
-    )
+    setup = Setup(approvals.url, approvals.agent_token, settings=redacting, token_redacted=True)
+    session = run_cli(GEMINI, tmp_path / "redacted", monkeypatch, gemini_binary, setup)
     assert not marker.exists(), session.run.describe()
     assert session.blocked().startswith("Blocked by approvals: APPROVALS_TOKEN is not set"), session.blocked()
     assert approvals.calls(status=None) == []  # the hook asked nobody
 
     marker = tmp_path / "allowed" / "project" / "marker"
-    session = run_gemini(
-        tmp_path / "allowed",
-        monkeypatch,
-        gemini_cli,
-        url=approvals.url,
-        token=approvals.agent_token,
-        command=touch(marker),
-        approvals=approvals,
-        reviewer=decide_with({"verdict": "approve"}),
-        settings=redacting,
+    setup = Setup(approvals.url, approvals.agent_token, settings=redacting)
+    allowed = decide_with({"verdict": "approve"})
+    session = run_cli(
+        GEMINI, tmp_path / "allowed", monkeypatch, gemini_binary, setup, approvals=approvals, reviewer=allowed
     )
     assert marker.exists(), session.run.describe()
     assert approvals.only_call().context["cwd"] == str(marker.parent)

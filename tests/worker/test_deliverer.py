@@ -107,8 +107,9 @@ async def write(store: Store, *actions: str) -> list[int]:
     for n, action in enumerate(actions):
         async with store.transaction() as tx:
             tx.audit(SYSTEM_ACTOR_ID, action, "test", f"event-{n}", details={"n": n})
-        async with store.db.read() as session:
-            ids.append(await session.scalar(select(func.max(AuditEventRow.id))) or 0)
+        just_written = (AuditEventRow.action == action, AuditEventRow.subject_id == f"event-{n}")
+        async with store.db.read() as session:  # not the newest event: a running deliverer may have written since
+            ids.append(await session.scalar(select(func.max(AuditEventRow.id)).where(*just_written)) or 0)
     return ids
 
 

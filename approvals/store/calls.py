@@ -13,7 +13,7 @@ import uuid
 from typing import Any, cast
 
 import anyio
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -46,29 +46,26 @@ _SESSION_RUN = (
     select(RunRow.engine, RunRow.agent_name, RunRow.status).where(RunRow.id == bindparam("run_id")).with_for_update()
 )
 _CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
-_CALL_BY_ARGUMENTS = (
-    select(CALLS)
-    .where(
-        ToolCallRow.run_id == bindparam("run_id"),
-        ToolCallRow.tool_name == bindparam("tool_name"),
-        ToolCallRow.current_digest == bindparam("digest"),
-        ToolCallRow.status.in_((CallStatus.PENDING, CallStatus.APPROVED)),
+
+
+def _oldest_call_by_arguments(*statuses: CallStatus) -> Select[Any]:
+    """The session's oldest call of this tool with these very (current) arguments, in one of `statuses`."""
+    return (
+        select(CALLS)
+        .where(
+            ToolCallRow.run_id == bindparam("run_id"),
+            ToolCallRow.tool_name == bindparam("tool_name"),
+            ToolCallRow.current_digest == bindparam("digest"),
+            ToolCallRow.status.in_(statuses),
+        )
+        .order_by(ToolCallRow.created_at)
+        .limit(1)
     )
-    .order_by(ToolCallRow.created_at)
-    .limit(1)
-)
+
+
+_CALL_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.PENDING, CallStatus.APPROVED)
 """A call of the session for these very arguments that waits, or is approved and not yet handed out."""
-_HANDED_OUT_BY_ARGUMENTS = (
-    select(CALLS)
-    .where(
-        ToolCallRow.run_id == bindparam("run_id"),
-        ToolCallRow.tool_name == bindparam("tool_name"),
-        ToolCallRow.current_digest == bindparam("digest"),
-        ToolCallRow.status == CallStatus.EXECUTING,
-    )
-    .order_by(ToolCallRow.created_at)
-    .limit(1)
-)
+_HANDED_OUT_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.EXECUTING)
 """The oldest call of the session for these very arguments that its caller was told to run."""
 
 

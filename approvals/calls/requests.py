@@ -10,15 +10,17 @@ the same validator. The digest of the validated arguments binds every approval t
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ..engines.native._schema import ArgsInvalid, JsonSchemaArgs, check_json_schema
 from ..engines.native.tools import Tool, ToolDefinition
 from ..exceptions import InvalidArguments, ToolRetryError, UserError
-from .canonical import digest, non_finite_path
+from .canonical import canonical_json, digest, non_finite_path
 
 __all__ = (
     "ANY_OBJECT",
@@ -87,7 +89,10 @@ class CallRequest:
         if self.approval_ttl is not None and not 0 < self.approval_ttl <= MAX_APPROVAL_TTL:
             found.append(f"approval_ttl must be a positive number of seconds, at most {MAX_APPROVAL_TTL:g}")
         if self.json_schema is not None:
-            found.extend(check_json_schema(self.json_schema))
+            try:
+                found.extend(_schema_problems(_schema_text(self.json_schema)))
+            except (TypeError, ValueError):
+                found.append("json_schema must be plain JSON (no NaN or infinite numbers)")
         return found
 
     def expires_at(self, now: dt.datetime) -> dt.datetime | None:
@@ -118,12 +123,29 @@ class ValidatedRequest:
     """The tool as the caller described it (or as the registered tool is), stored with the call."""
 
 
+def _schema_text(json_schema: Mapping[str, Any]) -> str:
+    return canonical_json(json_schema)
+
+
+@lru_cache(maxsize=256)
+def _schema_problems(schema_text: str) -> tuple[str, ...]:
+    """`check_json_schema`, once per distinct schema: checking one against the metaschema takes milliseconds,
+    and a gate's callers send the same few schemas with every call."""
+    return tuple(check_json_schema(json.loads(schema_text)))
+
+
+@lru_cache(maxsize=256)
+def _schema_args(schema_text: str) -> JsonSchemaArgs:
+    """A validator for the schema, built once per distinct schema."""
+    return JsonSchemaArgs(json.loads(schema_text))
+
+
 def validate_with_schema(tool_name: str, json_schema: Mapping[str, Any], args: Any) -> dict[str, Any]:
     """`args` checked against `json_schema`; `InvalidArguments` lists every field error."""
     if not isinstance(args, Mapping):
         raise InvalidArguments(tool_name, [("", "the arguments must be a JSON object")], "Invalid arguments")
     try:
-        validated: dict[str, Any] = JsonSchemaArgs(dict(json_schema)).validate_python(dict(args))
+        validated: dict[str, Any] = _schema_args(_schema_text(json_schema)).validate_python(dict(args))
     except ArgsInvalid as exc:
         errors = [(error.location, error.message) for error in exc.errors]
         raise InvalidArguments(tool_name, errors, f"Invalid arguments for {tool_name}: {exc}") from None

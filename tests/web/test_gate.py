@@ -417,3 +417,16 @@ async def test_a_post_tool_report_settles_the_call_that_ran(web: WebApp) -> None
         stray = {**after, "tool_input": {"command": "ls"}}  # no call was handed out for it: nothing changes
         assert (await agent.post("/api/hooks/gemini", json=stray)).json() == {}
     assert (await web.store.verify_audit()).ok
+
+
+async def test_a_schema_that_is_not_plain_json_is_refused(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        schema = {
+            **SCHEMA,
+            "properties": {**SCHEMA["properties"], "amount": {"type": "number", "maximum": float("nan")}},
+        }
+        body = json.dumps(gate_call(json_schema=schema))
+        refused = await agent.post("/api/gate/calls", content=body, headers={"Content-Type": "application/json"})
+        assert refused.status_code in (400, 422), refused.text
+        assert "plain JSON" in refused.text
+    assert (await web.store.list_calls(status=None)).items == []

@@ -549,6 +549,10 @@ def install_hook_command(
     command: Annotated[
         bool, typer.Option("--command", help="Claude Code: the fail-closed command hook instead of the HTTP hook.")
     ] = False,
+    matcher: Annotated[
+        str | None,
+        typer.Option(help="The tools to ask about, a regular expression (default: the shell tool), e.g. 'Bash|Write'."),
+    ] = None,
 ) -> None:
     """Merge the approvals hook into a coding CLI's settings, keeping everything else there."""
     from .engines.gate.hooks import FORMATS, Fallback
@@ -568,6 +572,7 @@ def install_hook_command(
             project=project,
             user=user,
             http=not command,
+            matcher=matcher,
         )
     except InstallError as exc:
         fail(str(exc))

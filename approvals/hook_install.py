@@ -71,18 +71,18 @@ def _merge_matcher_groups(settings: dict[str, Any], event: str, matcher: str, ho
     return replaced
 
 
-def _merge_before_and_after(settings: dict[str, Any], hook: dict[str, Any], path: Path) -> bool:
-    """Claude Code's and Codex's shape: the hook asks before a Bash command and reports after it (`PostToolUse`),
-    which settles the call it ran."""
-    replaced = _merge_matcher_groups(settings, "PreToolUse", "Bash", hook, path)
-    return _merge_matcher_groups(settings, "PostToolUse", "Bash", hook, path) or replaced
+def _merge_before_and_after(settings: dict[str, Any], hook: dict[str, Any], path: Path, matcher: str) -> bool:
+    """Claude Code's and Codex's shape: the hook asks before a matching tool runs and reports after it
+    (`PostToolUse`), which settles the call it ran."""
+    replaced = _merge_matcher_groups(settings, "PreToolUse", matcher, hook, path)
+    return _merge_matcher_groups(settings, "PostToolUse", matcher, hook, path) or replaced
 
 
-def _merge_gemini(settings: dict[str, Any], hook: dict[str, Any], path: Path) -> bool:
+def _merge_gemini(settings: dict[str, Any], hook: dict[str, Any], path: Path, matcher: str) -> bool:
     """Gemini CLI's hook, and the token let through its environment redaction (on under GitHub Actions), which
     would otherwise hand the hook no APPROVALS_TOKEN: its name contains TOKEN."""
-    replaced = _merge_matcher_groups(settings, "BeforeTool", "run_shell_command", hook, path)
-    _merge_matcher_groups(settings, "AfterTool", "run_shell_command", hook, path)  # reports how it went
+    replaced = _merge_matcher_groups(settings, "BeforeTool", matcher, hook, path)
+    _merge_matcher_groups(settings, "AfterTool", matcher, hook, path)  # reports how it went
     redaction = settings.setdefault("security", {})
     if isinstance(redaction, dict):
         redaction = redaction.setdefault("environmentVariableRedaction", {})
@@ -112,7 +112,10 @@ def _merge_cursor(settings: dict[str, Any], event: str, hook: dict[str, Any], pa
 class _Target:
     default_path: Callable[[Path, bool], Path]
     """The settings file for a project folder, or the user's (`True`)."""
-    merge: Callable[[dict[str, Any], dict[str, Any], Path], bool]
+    merge: Callable[[dict[str, Any], dict[str, Any], Path, str], bool]
+    """Merge the hook entry into the settings for tools matching the pattern; whether it replaced one of ours."""
+    matcher: str | None
+    """The tools hooked by default (a regular expression of tool names); None: the CLI hooks every tool."""
     entry: Callable[[str, float, str | None, bool], dict[str, Any]]
     """The hook entry for (url, wait, fallback, http)."""
     next_steps: list[str]
@@ -160,7 +163,8 @@ _FIRST_STEP = (
 _TARGETS: dict[str, _Target] = {
     "claude-code": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".claude" / "settings.json",
-        merge=lambda settings, hook, path: _merge_before_and_after(settings, hook, path),
+        merge=_merge_before_and_after,
+        matcher="Bash",
         entry=_claude_entry,
         next_steps=[
             _FIRST_STEP,
@@ -170,21 +174,24 @@ _TARGETS: dict[str, _Target] = {
     ),
     "codex": _Target(
         default_path=lambda project, user: Path(os.environ.get("CODEX_HOME") or _home() / ".codex") / "hooks.json",
-        merge=lambda settings, hook, path: _merge_before_and_after(settings, hook, path),
+        merge=_merge_before_and_after,
+        matcher="Bash",
         entry=_command_entry("codex", 1),
         next_steps=[_FIRST_STEP, "Codex runs a hook only once you trust it: start codex and accept the new hook."],
     ),
     "gemini": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".gemini" / "settings.json",
         merge=_merge_gemini,
+        matcher="run_shell_command",
         entry=_command_entry("gemini", 1000),
         next_steps=[_FIRST_STEP],
     ),
     "cursor": _Target(
         default_path=lambda project, user: (_home() if user else project) / ".cursor" / "hooks.json",
-        merge=lambda settings, hook, path: (
+        merge=lambda settings, hook, path, matcher: (
             _merge_cursor(settings, "preToolUse", hook, path) | _merge_cursor(settings, "postToolUse", hook, path)
         ),
+        matcher=None,
         entry=_cursor_entry,
         next_steps=[_FIRST_STEP, "Restart Cursor so it reads the new hook."],
     ),
@@ -202,8 +209,10 @@ def install_hook(
     user: bool = False,
     path: Path | None = None,
     http: bool = True,
+    matcher: str | None = None,
 ) -> Installed:
-    """Merge our hook for `cli` into its settings (`path`, else the project's or the user's file)."""
+    """Merge our hook for `cli` into its settings (`path`, else the project's or the user's file), for the tools
+    `matcher` names (a regular expression; by default the shell tool: `Bash`, `run_shell_command`)."""
     target = _TARGETS.get(cli)
     if target is None:
         raise InstallError(f"No hook for {cli!r}; known: {', '.join(CLIS)}")
@@ -216,7 +225,10 @@ def install_hook(
             raise InstallError(f"{settings_path} is not JSON ({exc}); fix it by hand, nothing was written") from None
     if not isinstance(settings, dict):
         raise InstallError(f"{settings_path} does not hold a JSON object; nothing was written")
-    replaced = target.merge(settings, target.entry(url, wait, fallback, http and cli == "claude-code"), settings_path)
+    if matcher is not None and target.matcher is None:
+        raise InstallError(f"{cli} hooks every tool; it takes no --matcher")
+    entry = target.entry(url, wait, fallback, http and cli == "claude-code")
+    replaced = target.merge(settings, entry, settings_path, matcher or target.matcher or "")
     _write_atomically(settings_path, json.dumps(settings, indent=2) + "\n")
     return Installed(settings_path, replaced, list(target.next_steps))
 

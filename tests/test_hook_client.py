@@ -215,6 +215,14 @@ def test_install_merges_into_claude_codes_settings_and_keeps_the_rest(tmp_path: 
     assert after["matcher"] == "Bash" and after["hooks"] == [hook]
 
 
+def test_install_asks_about_the_tools_a_matcher_names(tmp_path: Path) -> None:
+    install_hook("claude-code", url="http://a", wait=10, project=tmp_path, matcher="Bash|Write|Edit|mcp__.*")
+    hooks = json.loads((tmp_path / ".claude" / "settings.json").read_text())["hooks"]
+    assert [group["matcher"] for group in hooks["PreToolUse"] + hooks["PostToolUse"]] == ["Bash|Write|Edit|mcp__.*"] * 2
+    with pytest.raises(InstallError, match="takes no --matcher"):
+        install_hook("cursor", url="http://a", wait=10, project=tmp_path, matcher="Shell")
+
+
 def test_install_refuses_settings_it_cannot_read_and_writes_nothing(tmp_path: Path) -> None:
     settings = tmp_path / ".gemini" / "settings.json"
     settings.parent.mkdir()

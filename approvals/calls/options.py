@@ -14,7 +14,9 @@ arguments, its quorum, who started its run and who holds standing approvals of w
 2. approving takes a person: a service token belongs to nobody, so its approval would count for nobody;
 3. only an open call takes a verdict (`OPEN_CALL_STATUSES`);
 4. the person who started a run may not approve its calls (they may deny or answer them);
-5. a reviewer holds at most one standing approval of the same arguments: a quorum takes different people.
+5. a call a rule routed to groups (`approver_groups`) is approved only by their members;
+   anyone who may decide may still deny or answer it (neither runs the tool);
+6. a reviewer holds at most one standing approval of the same arguments: a quorum takes different people.
 
 An edit is an approval of other arguments, so it follows the approval's rules. A denial
 needs a reason; that is a check of the verdict itself (`check_verdict`), not of who may
@@ -42,6 +44,7 @@ __all__ = (
     "RunOptions",
     "RunRefusal",
     "call_options",
+    "in_groups",
     "reviewer_refusal",
     "run_options",
 )
@@ -58,6 +61,8 @@ class CallRefusal(StrEnum):
     """The call no longer waits for a decision."""
     OWN_RUN = "own_run"
     """The actor started the call's run: another reviewer approves its calls."""
+    NOT_IN_GROUPS = "not_in_groups"
+    """A rule routed the call to groups the actor is not in."""
     ALREADY_APPROVED = "already_approved"
     """The actor holds a standing approval of the call's current arguments: a quorum takes different people."""
 
@@ -155,12 +160,14 @@ def call_options(
     approvals_required: int = 1,
     digest: str = "",
     standing: Mapping[str, Collection[str]] = NO_APPROVALS,
+    approver_groups: Collection[str] | None = None,
 ) -> CallOptions:
     """What `actor` may do with a call in `status`, of a run `started_by`, by the rules above.
 
     `digest` is the digest of the call's current arguments and `standing` who holds a standing
-    approval, by the digest they approved; without them rule 5 is not applied (the store
-    applies it to the arguments an approval names, once it has read them).
+    approval, by the digest they approved; without them rule 6 is not applied (the store
+    applies it to the arguments an approval names, once it has read them). `approver_groups`
+    are the groups a rule routed the call to (None or empty: any reviewer).
     """
     is_open = status in OPEN_CALL_STATUSES
     approvers = standing.get(digest, ())
@@ -173,9 +180,16 @@ def call_options(
     elif approve is None:
         if started_by == actor.id:
             approve = CallRefusal.OWN_RUN
+        elif not in_groups(actor, approver_groups):
+            approve = CallRefusal.NOT_IN_GROUPS
         elif already:
             approve = CallRefusal.ALREADY_APPROVED
     return CallOptions(is_open, decide, approve, len(approvers), approvals_required, already)
+
+
+def in_groups(actor: Actor, approver_groups: Collection[str] | None) -> bool:
+    """Whether `actor` is among those a call is routed to: any reviewer when no groups are named."""
+    return not approver_groups or not actor.groups.isdisjoint(approver_groups)
 
 
 def _sentence(refusal: CallRefusal | None, missing: int) -> str | None:
@@ -191,6 +205,8 @@ _SENTENCES: dict[CallRefusal, str] = {
     CallRefusal.NOT_A_PERSON: "A service token may not approve: approvals come from people.",
     CallRefusal.NOT_OPEN: "This call no longer waits for a decision.",
     CallRefusal.OWN_RUN: "You started this run, so another reviewer must approve its calls.",
+    CallRefusal.NOT_IN_GROUPS: "A rule routed this call to other groups: only their members may approve it. "
+    "You may still deny it.",
 }
 
 

@@ -15,12 +15,12 @@ from .accounts import AccountOps
 from .calls import CallOps
 from .conversations import ConversationOps
 from .db import Database, normalize_url
-from .decisions import DecisionOps
 from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .paused_runs import PausedRun, PausedRunOps
-from .queries import Page, Queries
+from .policy_rules import DryRun, DryRunRow, RuleOps
+from .queries import Page
 
 __all__ = (
     "PENDING_CHANNEL",
@@ -31,6 +31,8 @@ __all__ = (
     "Actor",
     "ClaimedRun",
     "ConversationOps",
+    "DryRun",
+    "DryRunRow",
     "Database",
     "DecidedCall",
     "LoginAttempt",
@@ -40,10 +42,11 @@ __all__ = (
     "PausedRun",
     "PausedRunOps",
     "Role",
+    "RuleOps",
     "Store",
     "normalize_url",
 )
 
 
-class Store(RunLifecycle, CallOps, DecisionOps, Queries, AccountOps, LoginOps, ConversationOps, PausedRunOps):
+class Store(RunLifecycle, CallOps, RuleOps, AccountOps, LoginOps, ConversationOps, PausedRunOps):
     """All store operations over one database."""

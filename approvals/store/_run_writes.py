@@ -45,6 +45,7 @@ from sqlalchemy.sql.expression import Executable
 from ..calls.rules import status_once_decided
 from ..calls.states import CallStatus, RunStatus
 from ..exceptions import Conflict
+from ..policy.outcomes import RULE_DECISION_COLUMNS
 from ._transaction import Transaction
 from ._writes import (
     RELEASED_DETAILS,
@@ -120,13 +121,25 @@ _PENDING_CALL_COLUMNS = (
     "approvals_required",
     "idempotent",
     "expires_at",
+    "status",
+    "verdict",
+    "decided_by",
+    "decided_at",
+    "denial_reason",
+    "rule_name",
+    "rule_version",
+    "approver_groups",
 )
-"""A new pending call's own columns (`_writes.pending_call`); the run and its agent come from the run."""
+"""A new call's own columns (`_writes.pending_call`); the run and its agent come from the run."""
 ADD_PENDING_CALL = _insert_for_held_run(
     ToolCallRow,
     {"run_id": RunRow.id, "agent_name": RunRow.agent_name},
-    (*_PENDING_CALL_COLUMNS, "status", "created_at", "updated_at"),
+    (*_PENDING_CALL_COLUMNS, "created_at", "updated_at"),
 )
+INSERT_DECISIONS = insert(DecisionRow).values(
+    {name: bindparam(name, type_=DecisionRow.__table__.c[name].type) for name in RULE_DECISION_COLUMNS}
+)
+"""The approval of a new call a rule allowed (`policy.outcomes.rule_decision`'s columns)."""
 
 
 @cache
@@ -269,7 +282,7 @@ def started_events(run: HeldRun, started: Sequence[ExecutedCall], now: dt.dateti
 def _event(run: HeldRun, now: dt.datetime, event: RunEvent) -> AuditEvent:
     """A run write's event: the worker acts, on its run and agent."""
     return AuditEvent(
-        actor=run.worker_id,
+        actor=event.actor or run.worker_id,
         action=event.action,
         subject_type=event.subject_type,
         subject_id=event.subject_id,
@@ -303,7 +316,7 @@ class WriteSteps:
         and there is nothing to audit. PostgreSQL then sends it with its COMMIT, in one round trip.
         """
         w = self.write
-        others = (w.tool_definitions, w.calls, w.results, w.released, w.events, w.announcements)
+        others = (w.tool_definitions, w.calls, w.decisions, w.results, w.released, w.events, w.announcements)
         return w.start_executing is None and w.interrupted is None and not any(others)
 
     def events(self, results: Sequence[Rows]) -> list[AuditEvent]:
@@ -376,8 +389,10 @@ def write_steps(write: RunWrite, dialect: str, stored_tool_versions: Iterable[st
         rows = [{**guard, "offset": i, **row} for i, row in enumerate(message_rows(write.messages, now))]
         planned._add(Step(APPEND_MESSAGES, rows))
     if write.calls:
-        pending = {**guard, "status": CallStatus.PENDING, "created_at": now, "updated_at": now}
+        pending = {**guard, "created_at": now, "updated_at": now}
         planned._add(Step(ADD_PENDING_CALL, [{**pending, **_pending_columns(call)} for call in write.calls]))
+    if write.decisions:
+        planned._add(Step(INSERT_DECISIONS, list(write.decisions)))
     changes = {f"new_{column}": value for column, value in write.changes.items()}
     hold = {**guard, "grow": len(write.messages), "now": now, **changes}
     planned._add(Step(_hold_statement(tuple(sorted(write.changes))), hold, returns=True), planned._read_hold)

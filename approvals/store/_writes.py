@@ -21,6 +21,8 @@ from ..engines.native.deferred import DeferredToolCall
 from ..engines.native.messages import ModelRequest, ModelResponse, dump_message, format_version_of
 from ..engines.native.tools import ToolDefinition
 from ..exceptions import LeaseLost, NotFound
+from ..policy.evaluation import NO_RULE, Outcome
+from ..policy.outcomes import call_columns
 
 
 def utcnow() -> dt.datetime:
@@ -80,6 +82,8 @@ class RunEvent:
     subject_id: str
     tool_name: str | None = None
     details: dict[str, Any] | None = None
+    actor: str | None = None
+    """Who acts, when not the worker (a rule that decided a call)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,9 @@ class RunWrite:
     tool_definitions: list[ToolDefinition] = field(default_factory=list)
     """Definitions the new calls need stored."""
     calls: list[dict[str, Any]] = field(default_factory=list)
-    """New pending calls (`pending_call`), waiting for people."""
+    """New calls (`pending_call`): waiting for people, or decided by a rule."""
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """The approvals of new calls a rule allowed (`policy.outcomes.rule_decision`)."""
     events: list[RunEvent] = field(default_factory=list)
     announcements: list[tuple[str, str]] = field(default_factory=list)
     now: dt.datetime = field(default_factory=lambda: utcnow())
@@ -125,8 +131,9 @@ class RunWrite:
             raise ValueError(f"a held run's write cannot set {sorted(unknown)}")
 
 
-def pending_call(request: DeferredToolCall, now: dt.datetime) -> dict[str, Any]:
-    """A new pending call's own columns; the write adds its run, agent, status and times."""
+def pending_call(request: DeferredToolCall, now: dt.datetime, outcome: Outcome = NO_RULE) -> dict[str, Any]:
+    """A new call's own columns, as the rules' `outcome` leaves it; the write adds its run, agent and times."""
+    expires_at = now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None
     return {
         "id": uuid.uuid4().hex,
         "tool_call_id": request.tool_call_id,
@@ -135,9 +142,8 @@ def pending_call(request: DeferredToolCall, now: dt.datetime) -> dict[str, Any]:
         "args": request.args,
         "args_digest": request.args_digest,
         "reason": request.reason,
-        "approvals_required": request.approvals_required,
         "idempotent": request.idempotent,
-        "expires_at": now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None,
+        **call_columns(outcome, approvals_required=request.approvals_required, expires_at=expires_at, now=now),
     }
 
 

@@ -21,14 +21,17 @@ from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..engines.base import EngineKind, get_engine
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
+from ..policy.evaluation import AskedCall, Outcome
+from ..policy.outcomes import call_columns, decided_details, rule_decision
 from ._base import Actor
 from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
-from ._run_writes import CONSUME_APPROVALS, Tx, insert_tool_definitions
+from ._run_writes import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
 from ._writes import tool_definition_row, utcnow
 from .audit import call_event, run_event
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, RUNS_CHANNEL
+from .policy_rules import PolicyEvaluation
 from .queries import Queries
 
 __all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
@@ -74,7 +77,7 @@ def session_run_id(engine: str, source: str, session_id: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"approvals:{engine}:{source}:{session_id}").hex
 
 
-class CallOps(DecisionOps, Queries):
+class CallOps(PolicyEvaluation, DecisionOps, Queries):
     """Requesting, waiting for and settling calls of agents that run elsewhere."""
 
     async def request_call(self, validated: ValidatedRequest, *, actor: Actor) -> tuple[ToolCallRow, bool]:
@@ -100,7 +103,20 @@ class CallOps(DecisionOps, Queries):
                     return loaded_call(dict(row)), False
         if row is not None:
             return _same_call(loaded_call(dict(row)), validated), False
-        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, utcnow()))
+        now = utcnow()
+        asked = AskedCall(
+            engine=request.engine,
+            agent=request.source,
+            tool=request.tool_name,
+            session=request.session_id,
+            args=validated.args,
+            context=request.context,
+            requester=actor.id,
+            now=now,
+            approvals_required=request.approvals_required,
+        )
+        outcome = await self.evaluate_policy(asked)
+        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome))
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
         """The call once it no longer waits for people, or as it stands after `seconds`.
@@ -168,7 +184,9 @@ class CallOps(DecisionOps, Queries):
             tx.audit(actor_id, "call.refused", "gate", engine, details={"reason": reason, **details})
 
 
-def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime) -> tuple[ToolCallRow, bool]:
+def _request(
+    tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime, outcome: Outcome
+) -> tuple[ToolCallRow, bool]:
     request = validated.request
     run_id = session_run_id(request.engine, request.source, request.session_id)
     dialect = tx.session.dialect.name
@@ -208,21 +226,28 @@ def _request(tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetim
         "tool_version": validated.definition.version,
         "args": validated.args,
         "args_digest": validated.args_digest,
-        "status": CallStatus.PENDING,
         "reason": request.reason,
         "context": dict(request.context) if request.context is not None else None,
-        "approvals_required": request.approvals_required,
         "idempotent": False,
-        "expires_at": request.expires_at(now),
         "created_at": now,
         "updated_at": now,
+        **call_columns(
+            outcome, approvals_required=request.approvals_required, expires_at=request.expires_at(now), now=now
+        ),
     }
     tx.session.execute(CALLS.insert(), row)
     call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
-    tx.record(
-        call_event(actor_id, "call.requested", call, {"args": call.args, "args_digest": call.args_digest}, at=now)
-    )
-    if run.status == RunStatus.RUNNING:
+    requested: dict[str, Any] = {"args": call.args, "args_digest": call.args_digest}
+    if policy := outcome.details():
+        requested["policy"] = policy
+    tx.record(call_event(actor_id, "call.requested", call, requested, at=now))
+    decided = decided_details(outcome, call.args_digest)
+    if decided is not None:
+        action, details = decided
+        tx.record(call_event(outcome.actor or actor_id, action, call, details, at=now))
+        if (decision := rule_decision(outcome, call.id, call.args_digest, now)) is not None:
+            tx.session.execute(INSERT_DECISIONS, decision)
+    elif run.status == RunStatus.RUNNING:
         tx.session.execute(
             update(RunRow).where(RunRow.id == run_id).values(status=RunStatus.AWAITING_APPROVAL, updated_at=now)
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -47,11 +47,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from ..calls.states import FINAL_RUN_STATUSES, RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict
-from ._base import StoreBase
+from ..policy.evaluation import Outcome
 from ._run_writes import Tx
 from ._writes import SYSTEM_ACTOR_ID, utcnow
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
 from .paused_runs import PausedRun, insert_paused_run
+from .policy_rules import PolicyEvaluation
 from .run_cancel import cancel_in
 
 __all__ = (
@@ -150,6 +151,10 @@ class RunToOpen:
     deps: Any = None
     actor_id: str = SYSTEM_ACTOR_ID
     """Who starts the run (and is audited as pausing it)."""
+    engine: str = "native"
+    """The engine whose worker continues the run."""
+    outcomes: Sequence[Outcome] | None = None
+    """What the rules decided for each call (`write_conversation` asks them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +185,7 @@ class ConversationSync:
     """The run ended: the conversation no longer follows it."""
 
 
-class ConversationOps(StoreBase):
+class ConversationOps(PolicyEvaluation):
     """Conversations: records, their entries, and the runs they link."""
 
     async def read_conversation(self, conversation_id: str) -> StoredConversation | None:
@@ -227,6 +232,16 @@ class ConversationOps(StoreBase):
         an entry neither stored nor new, or the save would leave behind a linked run people
         already acted on.
         """
+        opening = write.open_run
+        if opening is not None:
+            outcomes = await self.new_run_outcomes(
+                opening.agent_name,
+                opening.requests,
+                engine=opening.engine,
+                session=write.record.conversation_id,
+                requester=opening.actor_id,
+            )
+            write = replace(write, open_run=replace(opening, outcomes=outcomes))
         return await self.run_statements(lambda tx: _write(tx, write))
 
     async def linked_run_news(self, run_id: str, *, after: int) -> RunNews:
@@ -452,6 +467,8 @@ def _paused(run: RunToOpen, history: list[Any]) -> PausedRun:
         requests=run.requests,
         prompt=run.prompt,
         deps=run.deps,
+        engine=run.engine,
+        outcomes=run.outcomes,
     )
 
 

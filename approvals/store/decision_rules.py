@@ -104,7 +104,12 @@ def _check_decidable(
     Who may do what comes from `call_options`, the rules the pages show.
     """
     options = _options.call_options(
-        actor, call.status, started_by=started_by, digest=approving, standing=standing or _options.NO_APPROVALS
+        actor,
+        call.status,
+        started_by=started_by,
+        digest=approving,
+        standing=standing or _options.NO_APPROVALS,
+        approver_groups=call.approver_groups,
     )
     if isinstance(verdict, Approve | EditAndApprove):
         refusal, seen = options.approve_refusal, verdict.args_digest
@@ -132,6 +137,9 @@ def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | No
         )
     if refusal is refusals.OWN_RUN:
         return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+    if refusal is refusals.NOT_IN_GROUPS:
+        groups = ", ".join(call.approver_groups or ()) if call is not None else ""
+        return Forbidden(f"{actor.id!r} is not in the groups this call is routed to ({groups}): only they approve it")
     assert call is not None  # the other refusals need the call, read by then
     if refusal is refusals.NOT_OPEN:
         who = f" by {call.decided_by}" if call.decided_by else ""

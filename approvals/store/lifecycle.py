@@ -22,7 +22,7 @@ from ..engines.native.deferred import DeferredToolRequests
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..exceptions import Forbidden
 from . import run_cancel
-from ._base import SYSTEM, Actor, StoreBase
+from ._base import SYSTEM, Actor
 from ._run_writes import (
     Rows,
     Step,
@@ -49,6 +49,7 @@ from .backends.postgres import Cursors, fetched, pg_rows, pipelined
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .paused_runs import paused_write
+from .policy_rules import PolicyEvaluation
 
 ModelMessage = ModelRequest | ModelResponse
 CallOutcomes = Mapping[str, tuple[CallStatus, Any]]
@@ -161,7 +162,7 @@ def _claimed(
     return claimed, [resumed, *started_events(held, started, now)]
 
 
-class RunLifecycle(StoreBase):
+class RunLifecycle(PolicyEvaluation):
     """Writes that move a run through its statuses."""
 
     async def start_run(
@@ -328,7 +329,8 @@ class RunLifecycle(StoreBase):
 
         `results` are the outcomes of executed calls the messages report, as for `append_step`.
         """
-        write = paused_write(run_id, worker_id, requests, now=utcnow())
+        outcomes = await self.pause_outcomes(run_id, requests)
+        write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes)
         write.messages = messages
         write.results = _results(results)
         await self.write_run(write)

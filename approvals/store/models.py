@@ -189,6 +189,11 @@ class ToolCallRow(Base):
     override_digest: Mapped[str | None] = mapped_column(String(64))
     answer: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     result: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    rule_name: Mapped[str | None] = mapped_column(String(100))
+    """The standing rule that decided the call, or said who decides it (`approvals.policy`)."""
+    rule_version: Mapped[int | None] = mapped_column(Integer)
+    approver_groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    """The groups whose members may approve the call (a rule routed it); None: any reviewer."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -447,3 +452,31 @@ class ConversationEntryRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (Index("ix_conversation_entries_parent_id", "parent_id"),)
+
+
+class PolicyRuleRow(Base):
+    """One version of a standing rule (`approvals.policy`); a change appends a version, never updates one.
+
+    The rules in force are each name's latest version unless it is `deleted`; the largest
+    `id` is the rules' revision, so a process knows its compiled rules are current by
+    reading one number.
+    """
+
+    __tablename__ = "policy_rules"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100))
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20))
+    """`standing` (an admin's) or `remembered` (a reviewer's approve-and-remember)."""
+    definition: Mapped[Any] = mapped_column(JsonValue)
+    """The rule as written (`RuleSpec.definition`)."""
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    author: Mapped[str] = mapped_column(String(200))
+    author_groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    """Why the condition last failed to evaluate for a call (that call then asked a person)."""
+    last_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_policy_rules_name_version"),)

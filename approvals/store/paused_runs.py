@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import insert
@@ -20,12 +20,15 @@ from sqlalchemy import insert
 from ..calls.states import RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Forbidden, UserError
-from ._base import Actor, StoreBase
+from ..policy.evaluation import NO_RULE, Outcome
+from ..policy.outcomes import decided_details, rule_decision
+from ._base import Actor
 from ._run_writes import INSERT_MESSAGES, Tx, apply_write
-from ._writes import RunEvent, RunWrite, pending_call, utcnow
+from ._writes import SYSTEM_ACTOR_ID, RunEvent, RunWrite, pending_call, utcnow
 from .audit import run_event
 from .models import RunRow
-from .notify import PENDING_CHANNEL, RUNS_CHANNEL
+from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .policy_rules import PolicyEvaluation
 
 __all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")
 
@@ -48,15 +51,23 @@ class PausedRun:
     deps: Any = None
     """JSON data the worker turns into the run's deps."""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    engine: str = "native"
+    """The engine whose worker continues the run (`pydantic_ai` for a pydantic-ai chat app's)."""
+    outcomes: Sequence[Outcome] | None = None
+    """What the rules decided for each call (`PolicyEvaluation.new_run_outcomes`); None: no rule applies."""
 
 
-class PausedRunOps(StoreBase):
+class PausedRunOps(PolicyEvaluation):
     """Starting a run that is paused from its first moment."""
 
     async def start_paused_run(self, run: PausedRun, *, actor: Actor) -> str:
         """Store `run` waiting for people, in one transaction; returns its id."""
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
+        outcomes = await self.new_run_outcomes(
+            run.agent_name, run.requests, engine=run.engine, session=run.run_id, requester=actor.id
+        )
+        run = replace(run, outcomes=outcomes)
         return await self.run_statements(lambda tx: insert_paused_run(tx, run, actor.id))
 
 
@@ -74,6 +85,7 @@ def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
         {
             "id": run.run_id,
             "agent_name": run.agent_name,
+            "engine": run.engine,
             "status": RunStatus.RESUMING,
             "prompt": run.prompt,
             "deps": run.deps,
@@ -89,28 +101,58 @@ def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
         tx.session.execute(INSERT_MESSAGES, _message_rows(run, now))
     tx.record(run_event(actor_id, "run.started", run.run_id, run.agent_name, {"prompt": run.prompt}, at=now))
     tx.announce(RUNS_CHANNEL, run.run_id)
-    apply_write(tx, paused_write(run.run_id, actor_id, run.requests, now=now))
+    apply_write(tx, paused_write(run.run_id, actor_id, run.requests, now=now, outcomes=run.outcomes))
     return run.run_id
 
 
-def paused_write(run_id: str, worker_id: str, requests: DeferredToolRequests, *, now: dt.datetime) -> RunWrite:
-    """The write of a pause: the pending calls, their definitions, events and wake-ups (`RunLifecycle.pause`
-    adds the step's messages and results)."""
+def paused_write(
+    run_id: str,
+    worker_id: str,
+    requests: DeferredToolRequests,
+    *,
+    now: dt.datetime,
+    outcomes: Sequence[Outcome] | None = None,
+) -> RunWrite:
+    """The write of a pause: the calls, their definitions, events and wake-ups (`RunLifecycle.pause` adds the
+    step's messages and results).
+
+    `outcomes` are what the rules decided for each call (`PolicyEvaluation.pause_outcomes`). A
+    call a rule allowed or denied is stored decided, by the rule; when the rules decided every
+    call, nobody is asked and the run is ready for a worker at once (it is a resumable engine's).
+    """
+    decided_by_rules = outcomes if outcomes is not None else [NO_RULE] * len(requests.approvals)
     write = RunWrite(
         run_id=run_id,
         worker_id=worker_id,
-        changes={"status": RunStatus.AWAITING_APPROVAL, "lease_owner": None, "lease_expires_at": None},
+        changes={"lease_owner": None, "lease_expires_at": None},
         tool_definitions=list({r.tool_def.version: r.tool_def for r in requests.approvals}.values()),
-        announcements=[(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
         now=now,
     )
-    for request in requests.approvals:
-        call = pending_call(request, now)
+    waiting = []
+    for request, outcome in zip(requests.approvals, decided_by_rules, strict=True):
+        call = pending_call(request, now, outcome)
         write.calls.append(call)
-        details = {"args": request.args, "args_digest": request.args_digest}
+        details: dict[str, Any] = {"args": request.args, "args_digest": request.args_digest}
+        if policy := outcome.details():
+            details["policy"] = policy
         write.events.append(RunEvent("call.requested", "call", call["id"], request.tool_name, details))
-    waiting = {"waiting_for": [r.tool_call_id for r in requests.approvals]}
-    write.events.append(RunEvent("run.paused", "run", run_id, details=waiting))
+        decided = decided_details(outcome, request.args_digest)
+        if decided is None:
+            waiting.append(request.tool_call_id)
+            continue
+        action, why = decided
+        write.events.append(RunEvent(action, "call", call["id"], request.tool_name, why, actor=outcome.actor))
+        if (decision := rule_decision(outcome, call["id"], request.args_digest, now)) is not None:
+            write.decisions.append(decision)
+    if waiting:
+        write.changes["status"] = RunStatus.AWAITING_APPROVAL
+        write.events.append(RunEvent("run.paused", "run", run_id, details={"waiting_for": waiting}))
+        write.announcements = [(PENDING_CHANNEL, run_id), (RUNS_CHANNEL, run_id)]
+    else:
+        write.changes["status"] = RunStatus.READY
+        ready = RunEvent("run.ready", "run", run_id, details={"decided_by_rules": True}, actor=SYSTEM_ACTOR_ID)
+        write.events.append(ready)
+        write.announcements = [(READY_CHANNEL, run_id), (RUNS_CHANNEL, run_id)]
     return write
 
 

@@ -248,6 +248,7 @@ class Queries(StoreBase):
         agent_name: str | None = None,
         tool_name: str | None = None,
         run_id: str | None = None,
+        subject_id: str | None = None,
         after: str | None = None,
         limit: int = 100,
         newest_first: bool = True,
@@ -262,6 +263,7 @@ class Queries(StoreBase):
             (AuditEventRow.agent_name, agent_name),
             (AuditEventRow.tool_name, tool_name),
             (AuditEventRow.run_id, run_id),
+            (AuditEventRow.subject_id, subject_id),
         ):
             if value:
                 query = query.where(column == value)

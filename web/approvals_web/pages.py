@@ -108,6 +108,7 @@ def _options(actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> Call
         approvals_required=call.approvals_required,
         digest=call.current_digest,
         standing=facts.standing,
+        approver_groups=call.approver_groups,
     )
 
 

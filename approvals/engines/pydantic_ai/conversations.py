@@ -162,6 +162,7 @@ class SQLConversationStore(ConversationStore):
             agent_name=self.agent.name,
             requests=self.agent.pending_calls(requests),
             message_format=PYDANTIC_AI_FORMAT,
+            engine="pydantic_ai",
             prompt=last_prompt(new_entries),
             deps=self.deps(record) if self.deps is not None else None,
             actor_id=self.actor.id,

@@ -1,0 +1,155 @@
+"""A rule's condition: a CEL expression over the call, compiled once and evaluated per call.
+
+CEL (the Common Expression Language) is small, side-effect free and always terminates,
+so an admin's condition can run inside the call lifecycle. We use the Rust implementation's
+Python bindings (`common-expression-language`): evaluation takes microseconds, and a syntax
+error names its line and column.
+
+A condition sees these variables (`VARIABLES`): the call's validated `args`, its `tool`,
+`agent` (the agent or the gate's source), `engine`, `session`, `context` (what a gate's
+caller said about the call: working directory, requester, ...), `requester` (who asked)
+and `now` (a UTC timestamp). A condition must come out `true` or `false`; any other value,
+a missing field or a type error is a failed evaluation, which the rule set treats as `ask`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+__all__ = ("VARIABLES", "Condition", "ConditionFailed", "InvalidCondition", "compile_condition")
+
+VARIABLES: Mapping[str, str] = {
+    "args": "the call's validated arguments (a map)",
+    "tool": "the tool's name",
+    "agent": "the agent, or the gate's source (claude_code, an app's name)",
+    "engine": "the engine that asks (native, pydantic_ai, gate, claude_code, ...)",
+    "session": "the session (a gate's session id, else the run's id)",
+    "context": "what the caller said about the call (working directory, requester, ...); a map, maybe empty",
+    "requester": "who asked: the user or token that started the run or session",
+    "now": "the time of the request (a UTC timestamp)",
+}
+"""What a condition may refer to, with what a form shows about each."""
+MAX_CONDITION = 4000
+_POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
+
+
+class InvalidCondition(ValueError):
+    """A condition that does not compile: the message, and where (1-based line and column) when known."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        self.message, self.line, self.column = message, line, column
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"{message}{where}")
+
+
+class ConditionFailed(Exception):
+    """A condition that compiled but could not be evaluated for one call (a missing field, a type error)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Condition:
+    """A compiled condition; `text` is what its author wrote."""
+
+    text: str
+    _program: Any
+
+    @property
+    def constant(self) -> bool | None:
+        """The condition's value when it reads no variable (`true`, `1 > 2`), else None."""
+        if _variables(self._program) & set(VARIABLES):
+            return None
+        try:
+            value = self._program.execute({})
+        except Exception:  # a constant that fails is not a constant
+            return None
+        return value if isinstance(value, bool) else None
+
+    def holds(self, activation: Mapping[str, Any]) -> bool:
+        """Whether the condition is true for this call; `ConditionFailed` when it cannot say."""
+        try:
+            value = self._program.execute(activation)
+        except Exception as exc:  # the bindings raise KeyError, TypeError, RuntimeError, ...
+            raise ConditionFailed(_evaluation_error(exc)) from None
+        if not isinstance(value, bool):
+            raise ConditionFailed(f"the condition gave {type(value).__name__} {value!r}, not true or false")
+        return value
+
+
+def compile_condition(text: str) -> Condition:
+    """Compile a condition; `InvalidCondition` with the error's position when it is not valid CEL.
+
+    A condition that names a variable a call never has (`arg.amount` for `args.amount`) is
+    refused too: it could only ever fail.
+    """
+    if not text.strip():
+        raise InvalidCondition("the condition is empty")
+    if len(text) > MAX_CONDITION:
+        raise InvalidCondition(f"the condition is longer than {MAX_CONDITION} characters")
+    try:
+        program = cel.compile(text)
+    except Exception as exc:  # the bindings raise ValueError with the parser's report
+        raise _compile_error(str(exc)) from None
+    unknown = sorted(_variables(program) - set(VARIABLES) - _bound_by_macros(text))
+    if unknown:
+        known = ", ".join(VARIABLES)
+        raise InvalidCondition(f"unknown variable {unknown[0]!r}; a condition may use {known}")
+    return Condition(text, program)
+
+
+def _variables(program: Any) -> set[str]:
+    names = program.variables
+    return set(names() if callable(names) else names)
+
+
+_MACRO_VARIABLE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+def _bound_by_macros(text: str) -> set[str]:
+    """The names a macro binds (`args.items.exists(item, ...)` binds `item`): variables, but not the call's."""
+    return set(_MACRO_VARIABLE.findall(text))
+
+
+def _compile_error(report: str) -> InvalidCondition:
+    """The parser's report as a short message with its position (its caret drawing is left out)."""
+    found = _POSITION.search(report)
+    if found is None:
+        return InvalidCondition(report.splitlines()[0] if report else "the condition is not valid CEL")
+    line, column, message = int(found.group(1)), int(found.group(2)), found.group(3).strip()
+    return InvalidCondition(message or "syntax error", line, column)
+
+
+def _evaluation_error(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"no field {exc.args[0]!r} (test it first with has(...))"
+    text = str(exc).split(". ")[0].strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def activation(
+    *,
+    args: Mapping[str, Any],
+    tool: str,
+    agent: str,
+    engine: str,
+    session: str,
+    context: Mapping[str, Any] | None,
+    requester: str | None,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The variables a condition sees for one call (`VARIABLES`)."""
+    return {
+        "args": args,
+        "tool": tool,
+        "agent": agent,
+        "engine": engine,
+        "session": session,
+        "context": dict(context or {}),
+        "requester": requester or "",
+        "now": now,
+    }

@@ -1,0 +1,71 @@
+"""Rules that can never decide a call, flagged for the admin who wrote them.
+
+A rule can never match when its condition is constant `false`, when it expired, or when
+it asks groups nobody belongs to (its calls could only expire). A rule is shadowed when
+another rule takes every call it takes, with no condition of its own, and wins by
+precedence (deny over ask over allow): the shadowed rule can never be the one that decides.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+from collections.abc import Collection, Iterable
+
+from .conditions import compile_condition
+from .evaluation import StoredRule
+from .rules import EFFECT_RANK, Effect, RuleSpec
+
+__all__ = ("rule_flags",)
+
+
+def rule_flags(
+    rules: Iterable[StoredRule], *, now: dt.datetime, groups_with_members: Collection[str] | None = None
+) -> dict[str, list[str]]:
+    """Each rule's flags by name (only rules with some): why it can never match, or which rule shadows it."""
+    live = [rule for rule in rules if not rule.deleted and rule.spec.enabled]
+    flags: dict[str, list[str]] = {}
+    for rule in live:
+        found = _never_matches(rule.spec, now, groups_with_members)
+        found += [
+            f"shadowed by {other.name} ({other.spec.effect}): it takes every call this rule takes"
+            for other in live
+            if other is not rule and _shadows(other.spec, rule.spec) and other.in_force(now)
+        ]
+        if found:
+            flags[rule.name] = found
+    return flags
+
+
+def _never_matches(spec: RuleSpec, now: dt.datetime, groups_with_members: Collection[str] | None) -> list[str]:
+    found = []
+    if spec.when and compile_condition(spec.when).constant is False:
+        found.append("never matches: its condition is always false")
+    if spec.expires_at is not None and spec.expires_at <= now:
+        found.append(f"never matches: it expired at {spec.expires_at.isoformat(timespec='seconds')}")
+    nobody = groups_with_members is not None and not set(spec.groups) & set(groups_with_members)
+    if spec.effect is Effect.ASK and spec.groups and nobody:
+        found.append(f"nobody can approve: no user is in {', '.join(spec.groups)}")
+    return found
+
+
+def _covers(wide: list[str], narrow: list[str]) -> bool:
+    """Whether the patterns `wide` take every name the patterns `narrow` take (judged on the patterns' text)."""
+    return all(any(w == "*" or w == n or fnmatch.fnmatchcase(n, w) for w in wide) for n in narrow)
+
+
+def _shadows(winner: RuleSpec, loser: RuleSpec) -> bool:
+    """Whether `winner` takes every call `loser` takes and decides them instead of it."""
+    if winner.when and winner.when != loser.when:
+        return False
+    if winner.session is not None and winner.session != loser.session:
+        return False
+    if not (_covers(winner.engine, loser.engine) and _covers(winner.agent, loser.agent)):
+        return False
+    if not _covers(winner.tool, loser.tool):
+        return False
+    if EFFECT_RANK[winner.effect] != EFFECT_RANK[loser.effect]:
+        return EFFECT_RANK[winner.effect] > EFFECT_RANK[loser.effect]
+    if winner.effect is Effect.ASK:  # the strictest ask decides
+        return (winner.approvals, -(winner.ttl or float("inf"))) > (loser.approvals, -(loser.ttl or float("inf")))
+    return winner.name < loser.name  # the first name decides among equals

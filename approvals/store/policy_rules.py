@@ -1,0 +1,464 @@
+"""Standing rules in the database: their versions, who changed them, and the rule set in force.
+
+Every change appends a version (`PolicyRuleRow`) and an audit event (`rule.created`,
+`rule.changed`, `rule.enabled`, `rule.disabled`, `rule.deleted`, `rule.remembered`); nothing
+is updated in place but the note of a condition's last failure. The compiled `RuleSet` is
+kept per process and read again only when the rules' revision (the largest row id) moved,
+so evaluating a call costs one small read and microseconds of CEL.
+
+Admins manage standing rules. A reviewer makes remembered rules by approving a call
+(`approve_and_remember`) and may remove their own; an admin may edit those too (to widen one).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ..calls import options as _options
+from ..calls.verdicts import Approve
+from ..engines.native.deferred import DeferredToolRequests
+from ..exceptions import Conflict, Forbidden, NotFound, UserError
+from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, StoredRule
+from ..policy.files import RulesDiff, plan_apply
+from ..policy.remember import Remember, remembered_rule
+from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec
+from ._base import Actor, StoreBase
+from ._transaction import Transaction
+from ._writes import utcnow
+from .decisions import DecisionOps
+from .models import PolicyRuleRow, RunRow, ToolCallRow, UserRow
+from .queries import Queries
+
+__all__ = ("DryRun", "DryRunRow", "PolicyEvaluation", "RuleOps")
+
+log = logging.getLogger("approvals.policy")
+MAX_DRY_RUN = 1000
+_LATEST = select(func.max(PolicyRuleRow.id)).group_by(PolicyRuleRow.name)
+_REVISION = select(func.max(PolicyRuleRow.id))
+_RUN_FACTS = select(RunRow.engine, RunRow.agent_name, RunRow.session_id, RunRow.started_by).where(
+    RunRow.id == bindparam("run_id")
+)
+
+
+def _stored(row: PolicyRuleRow) -> StoredRule:
+    return StoredRule(
+        spec=RuleSpec.model_validate(row.definition),
+        version=row.version,
+        kind=Kind(row.kind),
+        author=row.author,
+        created_at=row.created_at,
+        author_groups=frozenset(row.author_groups or ()),
+        deleted=row.deleted,
+        last_error=row.last_error,
+        last_error_at=row.last_error_at,
+        id=row.id,
+    )
+
+
+@dataclass(frozen=True)
+class DryRunRow:
+    """One past call, and what the proposed rule (and the rules with it) would have decided."""
+
+    call_id: str
+    run_id: str
+    created_at: dt.datetime
+    agent: str
+    tool: str
+    args: Any
+    status: str
+    """What actually happened to the call."""
+    decided_by: str | None
+    rule: Outcome
+    """The proposed rule alone: its effect if it matched (None: no match); failures if it could not tell."""
+    policy: Outcome
+    """All rules in force, with the proposed one in place of its previous version."""
+
+
+@dataclass(frozen=True)
+class DryRun:
+    rows: list[DryRunRow]
+
+    @property
+    def matched(self) -> int:
+        return sum(1 for row in self.rows if row.rule.effect is not None)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for row in self.rows if row.rule.failures)
+
+
+class PolicyEvaluation(StoreBase):
+    """The rules in force, per process, and what they decide for a requested call."""
+
+    _rule_set: RuleSet | None = None
+    _noted_failures: set[tuple[str, int]] | None = None
+
+    async def rules_in_force(self) -> RuleSet:
+        """The compiled rules, read and compiled again only when they changed since the last look."""
+        async with self.db.read() as session:
+            revision = (await session.scalar(_REVISION)) or 0
+            current = self._rule_set
+            if current is not None and current.revision == revision:
+                return current
+            rows = (await session.scalars(_latest_rows())).all()
+        rule_set = RuleSet([_stored(row) for row in rows if not row.deleted], revision)
+        self._rule_set = rule_set
+        return rule_set
+
+    async def evaluate_policy(self, call: AskedCall) -> Outcome:
+        """What the rules in force decide for `call`; a condition's failure is noted on its rule, once."""
+        rule_set = await self.rules_in_force()
+        if not len(rule_set):
+            return NO_RULE
+        outcome = rule_set.decide(call)
+        if outcome.failures:
+            await self._note_failures(outcome.failures)
+        return outcome
+
+    async def pause_outcomes(self, run_id: str, requests: DeferredToolRequests) -> list[Outcome] | None:
+        """What the rules decide for the calls a worker's run pauses on; None when there are no rules."""
+        rule_set = await self.rules_in_force()
+        if not len(rule_set):
+            return None
+        async with self.db.read() as session:
+            run = (await session.execute(_RUN_FACTS, {"run_id": run_id})).one_or_none()
+        if run is None:
+            return None  # the write that follows says what became of the run
+        return await self._decide_each(
+            rule_set,
+            requests,
+            engine=run.engine,
+            agent=run.agent_name,
+            session=run.session_id or run_id,
+            requester=run.started_by,
+        )
+
+    async def new_run_outcomes(
+        self, agent_name: str, requests: DeferredToolRequests, *, engine: str, session: str, requester: str | None
+    ) -> list[Outcome] | None:
+        """What the rules decide for the calls of a run stored already paused; None when there are no rules."""
+        rule_set = await self.rules_in_force()
+        if not len(rule_set):
+            return None
+        return await self._decide_each(
+            rule_set, requests, engine=engine, agent=agent_name, session=session, requester=requester
+        )
+
+    async def _decide_each(
+        self,
+        rule_set: RuleSet,
+        requests: DeferredToolRequests,
+        *,
+        engine: str,
+        agent: str,
+        session: str,
+        requester: str | None,
+    ) -> list[Outcome]:
+        now = utcnow()
+        outcomes = []
+        for request in requests.approvals:
+            outcome = rule_set.decide(
+                AskedCall(
+                    engine=engine,
+                    agent=agent,
+                    tool=request.tool_name,
+                    session=session,
+                    args=request.args,
+                    requester=requester,
+                    now=now,
+                    approvals_required=request.approvals_required,
+                )
+            )
+            if outcome.failures:
+                await self._note_failures(outcome.failures)
+            outcomes.append(outcome)
+        return outcomes
+
+    async def _note_failures(self, failures: Sequence[Failure]) -> None:
+        """Log a rule's failed condition and show it on the rule: once per rule version and process."""
+        noted = self._noted_failures if self._noted_failures is not None else set()
+        self._noted_failures = noted
+        for failure in failures:
+            if (failure.rule, failure.version) in noted:
+                continue
+            noted.add((failure.rule, failure.version))
+            log.warning("rule %s (version %s) failed: %s", failure.rule, failure.version, failure.message)
+            async with self.db.write() as session:
+                await session.execute(
+                    update(PolicyRuleRow)
+                    .where(PolicyRuleRow.name == failure.rule, PolicyRuleRow.version == failure.version)
+                    .values(last_error=failure.message, last_error_at=utcnow())
+                )
+
+
+class RuleOps(PolicyEvaluation, DecisionOps, Queries):
+    """Writing and reading standing rules, remembering approvals, trying a rule on past calls."""
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def list_rules(self, *, kind: Kind | None = None) -> list[StoredRule]:
+        """The current version of every rule not removed, by name."""
+        query = _latest_rows().where(PolicyRuleRow.deleted.is_(False)).order_by(PolicyRuleRow.name)
+        if kind is not None:
+            query = query.where(PolicyRuleRow.kind == kind)
+        async with self.db.read() as session:
+            return [_stored(row) for row in (await session.scalars(query)).all()]
+
+    async def get_rule(self, name: str) -> StoredRule:
+        """A rule's current version (a removed rule's too: its last version says it was removed)."""
+        async with self.db.read() as session:
+            row = await session.scalar(_latest_rows().where(PolicyRuleRow.name == name))
+        if row is None:
+            raise NotFound(f"No rule {name!r}")
+        return _stored(row)
+
+    async def rule_versions(self, name: str) -> list[StoredRule]:
+        """Every version of a rule, newest first."""
+        query = select(PolicyRuleRow).where(PolicyRuleRow.name == name).order_by(PolicyRuleRow.version.desc())
+        async with self.db.read() as session:
+            rows = (await session.scalars(query)).all()
+        if not rows:
+            raise NotFound(f"No rule {name!r}")
+        return [_stored(row) for row in rows]
+
+    async def group_names(self) -> set[str]:
+        """Every group some enabled user belongs to."""
+        async with self.db.read() as session:
+            rows = (await session.scalars(select(UserRow.groups).where(UserRow.disabled.is_(False)))).all()
+        return {group for groups in rows for group in (groups or ())}
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def save_rule(self, spec: RuleSpec, *, actor: Actor, expected_version: int | None = None) -> StoredRule:
+        """Create a rule, or change it (a new version); an unchanged definition writes nothing.
+
+        `expected_version`: the version the author edited; a `Conflict` if someone saved another since.
+        """
+        _require_admin(actor, "write rules")
+        async with self.transaction() as tx:
+            return await _save(tx, spec, actor, expected_version=expected_version)
+
+    async def set_rule_enabled(self, name: str, enabled: bool, *, actor: Actor) -> StoredRule:
+        """Enable or disable a rule (a new version)."""
+        _require_admin(actor, "enable or disable rules")
+        async with self.transaction() as tx:
+            current = await _current(tx.session, name)
+            if current.spec.enabled == enabled:
+                return current
+            spec = current.spec.model_copy(update={"enabled": enabled})
+            action = "rule.enabled" if enabled else "rule.disabled"
+            return await _save(tx, spec, actor, kind=current.kind, action=action)
+
+    async def delete_rule(self, name: str, *, actor: Actor) -> StoredRule:
+        """Remove a rule (its last version says so; its history stays). Admins, or a remembered rule's author."""
+        async with self.transaction() as tx:
+            current = await _current(tx.session, name)
+            mine = current.kind is Kind.REMEMBERED and current.author == actor.id and actor.can("reviewer")
+            if not mine:
+                _require_admin(actor, "remove rules")
+            return await _save(tx, current.spec, actor, kind=current.kind, action="rule.deleted", deleted=True)
+
+    async def apply_rules(
+        self, specs: Sequence[RuleSpec], *, actor: Actor, prune: bool = False, dry_run: bool = False
+    ) -> RulesDiff:
+        """Make the standing rules those of a file, in one transaction: each rule that differs gets a version.
+
+        Idempotent: applying the same rules again changes nothing. Remembered rules are left
+        alone. `prune` removes standing rules the file does not hold; `dry_run` only says what would change.
+        """
+        _require_admin(actor, "apply rules")
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise InvalidRule(["a name is used by two rules"], "rules")
+        async with self.transaction() as tx:
+            current = {rule.name: rule for rule in await _current_rules(tx.session)}
+            clash = [name for name in names if name in current and current[name].kind is Kind.REMEMBERED]
+            if clash:
+                raise Conflict(f"Rule {clash[0]!r} is a remembered rule; give the file's rule another name")
+            standing = {name: rule.spec for name, rule in current.items() if rule.kind is Kind.STANDING}
+            diff = plan_apply(standing, specs, prune=prune)
+            if dry_run:
+                return diff
+            for spec in diff.created:
+                await _save(tx, spec, actor)
+            for spec, _ in diff.changed:
+                await _save(tx, spec, actor)
+            for name in diff.removed:
+                await _save(tx, current[name].spec, actor, action="rule.deleted", deleted=True)
+            if not diff.empty:
+                tx.audit(actor.id, "rules.applied", "rules", "file", details=diff.summary())
+        return diff
+
+    async def approve_and_remember(
+        self, call_id: str, remember: Remember, *, actor: Actor, args_digest: str | None = None
+    ) -> tuple[ToolCallRow, StoredRule]:
+        """Approve a call and allow calls like it for a while (`policy.remember`): the approval, then the rule.
+
+        The rule is checked before the approval is given, and refused unless the reviewer may
+        approve this very call: they can never remember more than they may approve.
+        """
+        problems = remember.problems()
+        if problems:
+            raise UserError("Cannot remember: " + "; ".join(problems))
+        call = await self.get_call(call_id)
+        run = await self.get_run(call.run_id)
+        facts = (await self.review_facts([call_id]))[call_id]
+        options = _options.call_options(
+            actor,
+            call.status,
+            started_by=facts.started_by,
+            approvals_required=call.approvals_required,
+            digest=call.current_digest,
+            standing=facts.standing,
+            approver_groups=call.approver_groups,
+        )
+        if not options.may_approve:
+            raise Forbidden(options.why_not_approve or "You may not approve this call")
+        if call.approvals_required > 1:
+            raise UserError("This call needs several approvals: one reviewer's approval cannot be remembered for it")
+        now = utcnow()
+        try:
+            spec = remembered_rule(
+                engine=run.engine,
+                agent=call.agent_name,
+                tool=call.tool_name,
+                session=run.session_id or run.id,
+                args=call.current_args,
+                author=actor.id,
+                call_id=call.id,
+                remember=remember,
+                now=now,
+            )
+        except ValueError as exc:  # pydantic's error for a bad condition
+            raise UserError(f"Cannot remember: {exc}") from None
+        decided = await self.decide(call_id, Approve(args_digest=args_digest), actor=actor)
+        async with self.transaction() as tx:
+            rule = await _save(tx, spec, actor, kind=Kind.REMEMBERED, action="rule.remembered", call_id=call_id)
+        return decided, rule
+
+    # -- dry run --------------------------------------------------------------------------------
+
+    async def dry_run_rule(self, spec: RuleSpec, *, limit: int = 100, kind: Kind = Kind.STANDING) -> DryRun:
+        """What `spec` would have decided over the last `limit` calls, alone and with the rules in force."""
+        if not 1 <= limit <= MAX_DRY_RUN:
+            raise UserError(f"A dry run looks at 1 to {MAX_DRY_RUN} calls")
+        proposed = StoredRule(spec=spec, version=0, kind=kind, author="", created_at=utcnow())
+        alone = RuleSet([proposed])
+        in_force = await self.rules_in_force()
+        together = RuleSet([*(rule for rule in in_force.rules if rule.name != spec.name), proposed])
+        query = (
+            select(ToolCallRow, RunRow.engine, RunRow.session_id, RunRow.started_by)
+            .join(RunRow, RunRow.id == ToolCallRow.run_id)
+            .order_by(ToolCallRow.created_at.desc(), ToolCallRow.id.desc())
+            .limit(limit)
+        )
+        async with self.db.read() as session:
+            found = (await session.execute(query)).all()
+        rows = []
+        for call, engine, session_id, started_by in found:
+            asked = AskedCall(
+                engine=engine,
+                agent=call.agent_name,
+                tool=call.tool_name,
+                session=session_id or call.run_id,
+                args=call.args if isinstance(call.args, dict) else {},
+                context=call.context if isinstance(call.context, dict) else None,
+                requester=started_by,
+                now=call.created_at,
+                approvals_required=call.approvals_required,
+            )
+            rows.append(
+                DryRunRow(
+                    call.id,
+                    call.run_id,
+                    call.created_at,
+                    call.agent_name,
+                    call.tool_name,
+                    call.args,
+                    call.status,
+                    call.decided_by,
+                    alone.decide(asked),
+                    together.decide(asked),
+                )
+            )
+        return DryRun(rows)
+
+
+def _latest_rows() -> Select[PolicyRuleRow]:
+    return select(PolicyRuleRow).where(PolicyRuleRow.id.in_(_LATEST))
+
+
+def _require_admin(actor: Actor, what: str) -> None:
+    if not actor.can("admin"):
+        raise Forbidden(f"{actor.id!r} ({actor.role}) may not {what}: that takes the admin role")
+
+
+async def _current(session: AsyncSession, name: str) -> StoredRule:
+    row = await session.scalar(_latest_rows().where(PolicyRuleRow.name == name))
+    if row is None or row.deleted:
+        raise NotFound(f"No rule {name!r}")
+    return _stored(row)
+
+
+async def _current_rules(session: AsyncSession) -> list[StoredRule]:
+    rows = (await session.scalars(_latest_rows().where(PolicyRuleRow.deleted.is_(False)))).all()
+    return [_stored(row) for row in rows]
+
+
+async def _save(
+    tx: Transaction[AsyncSession],
+    spec: RuleSpec,
+    actor: Actor,
+    *,
+    kind: Kind | None = None,
+    action: str | None = None,
+    deleted: bool = False,
+    expected_version: int | None = None,
+    call_id: str | None = None,
+) -> StoredRule:
+    """Append a version of `spec` (unless it is the current one unchanged) and audit it."""
+    session = tx.session
+    latest = await session.scalar(_latest_rows().where(PolicyRuleRow.name == spec.name).with_for_update())
+    if expected_version is not None and (latest.version if latest else 0) != expected_version:
+        now_at = latest.version if latest else 0
+        raise Conflict(f"Rule {spec.name!r} is at version {now_at}, not {expected_version}: someone saved it since")
+    if latest is not None and not latest.deleted:
+        previous = _stored(latest)
+        if kind is None:
+            kind = previous.kind
+        if previous.spec == spec and not deleted:
+            return previous
+    kind = kind or Kind.STANDING
+    if kind is Kind.REMEMBERED and spec.effect is not Effect.ALLOW:
+        raise UserError("A remembered rule allows calls; write a standing rule to ask or deny")
+    now = utcnow()
+    row = PolicyRuleRow(
+        name=spec.name,
+        version=(latest.version if latest else 0) + 1,
+        kind=kind,
+        definition=spec.definition(),
+        deleted=deleted,
+        author=actor.id,
+        author_groups=sorted(actor.groups) if kind is Kind.REMEMBERED else None,
+        created_at=now,
+    )
+    session.add(row)
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Conflict(f"Rule {spec.name!r} was saved by someone else at the same moment; try again") from None
+    if action is None:
+        action = "rule.created" if latest is None or latest.deleted else "rule.changed"
+    details: dict[str, Any] = {"version": row.version, "kind": kind, "definition": row.definition}
+    if call_id is not None:
+        details["call_id"] = call_id
+    tx.audit(actor.id, action, "rule", spec.name, details=details, at=now)
+    return _stored(row)

@@ -101,6 +101,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
                 row = (await session.execute(_CALL_BY_ARGUMENTS, same)).mappings().first()
                 if row is not None:
                     return loaded_call(dict(row)), False
+            rule_set = await self.rules_in_force(session) if row is None else None
         if row is not None:
             return _same_call(loaded_call(dict(row)), validated), False
         now = utcnow()
@@ -115,7 +116,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             now=now,
             approvals_required=request.approvals_required,
         )
-        outcome = await self.evaluate_policy(asked)
+        outcome = await self.evaluate_policy(asked, rule_set)
         return await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome))
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:

@@ -101,21 +101,27 @@ class PolicyEvaluation(StoreBase):
     _rule_set: RuleSet | None = None
     _noted_failures: set[tuple[str, int]] | None = None
 
-    async def rules_in_force(self) -> RuleSet:
-        """The compiled rules, read and compiled again only when they changed since the last look."""
-        async with self.db.read() as session:
-            revision = (await session.scalar(_REVISION)) or 0
-            current = self._rule_set
-            if current is not None and current.revision == revision:
-                return current
-            rows = (await session.scalars(_latest_rows())).all()
+    async def rules_in_force(self, session: AsyncSession | None = None) -> RuleSet:
+        """The compiled rules, read and compiled again only when they changed since the last look.
+
+        `session`: a read the caller has open already, so the look costs no connection of its own.
+        """
+        if session is None:
+            async with self.db.read() as own:
+                return await self.rules_in_force(own)
+        revision = (await session.scalar(_REVISION)) or 0
+        current = self._rule_set
+        if current is not None and current.revision == revision:
+            return current
+        rows = (await session.scalars(_latest_rows())).all()
         rule_set = RuleSet([_stored(row) for row in rows if not row.deleted], revision)
         self._rule_set = rule_set
         return rule_set
 
-    async def evaluate_policy(self, call: AskedCall) -> Outcome:
-        """What the rules in force decide for `call`; a condition's failure is noted on its rule, once."""
-        rule_set = await self.rules_in_force()
+    async def evaluate_policy(self, call: AskedCall, rule_set: RuleSet | None = None) -> Outcome:
+        """What the rules in force (or `rule_set`, read already) decide for `call`; a condition's failure is
+        noted on its rule, once."""
+        rule_set = rule_set if rule_set is not None else await self.rules_in_force()
         if not len(rule_set):
             return NO_RULE
         outcome = rule_set.decide(call)

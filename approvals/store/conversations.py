@@ -436,7 +436,8 @@ def _relink(tx: Tx, stored: Row[Any] | None, write: ConversationWrite) -> tuple[
     if write.open_run is None or run_id is not None or same_place or head_id is None:
         return run_id, synced, None
     history = [row.message for row in tx.session.execute(_history(False), {"head_id": head_id})]
-    opened = insert_paused_run(tx, _paused(write.open_run, history), write.open_run.actor_id)
+    paused = _paused(write.open_run, history, write.record.conversation_id)
+    opened = insert_paused_run(tx, paused, write.open_run.actor_id)
     return opened, len(history), opened
 
 
@@ -459,8 +460,9 @@ def _leave_behind(tx: Tx, run_id: str, synced: int, write: ConversationWrite) ->
     cancel_in(tx, run.id, run.agent_name, write.cancelled_by, _LEFT_BEHIND, now=utcnow(), only_if=_WAITING)
 
 
-def _paused(run: RunToOpen, history: list[Any]) -> PausedRun:
+def _paused(run: RunToOpen, history: list[Any], conversation_id: str) -> PausedRun:
     return PausedRun(
+        session_id=conversation_id,
         agent_name=run.agent_name,
         history=history,
         message_format=run.message_format,

@@ -53,6 +53,8 @@ class PausedRun:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     engine: str = "native"
     """The engine whose worker continues the run (`pydantic_ai` for a pydantic-ai chat app's)."""
+    session_id: str | None = None
+    """The conversation the run belongs to, if any: the `session` rules and remembered approvals match on."""
     outcomes: Sequence[Outcome] | None = None
     """What the rules decided for each call (`PolicyEvaluation.new_run_outcomes`); None: no rule applies."""
 
@@ -65,7 +67,7 @@ class PausedRunOps(PolicyEvaluation):
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
         outcomes = await self.new_run_outcomes(
-            run.agent_name, run.requests, engine=run.engine, session=run.run_id, requester=actor.id
+            run.agent_name, run.requests, engine=run.engine, session=run.session_id or run.run_id, requester=actor.id
         )
         run = replace(run, outcomes=outcomes)
         return await self.run_statements(lambda tx: insert_paused_run(tx, run, actor.id))
@@ -86,6 +88,7 @@ def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
             "id": run.run_id,
             "agent_name": run.agent_name,
             "engine": run.engine,
+            "session_id": run.session_id,
             "status": RunStatus.RESUMING,
             "prompt": run.prompt,
             "deps": run.deps,

@@ -84,6 +84,6 @@ async def test_a_chat_apps_saved_conversation_is_decided_by_the_rules_and_contin
     (call,) = await store.run_calls(run_id)
     assert (call.status, call.decided_by) == (CallStatus.APPROVED, "rule:chat-refunds")
     run = await store.get_run(run_id)
-    assert (run.engine, run.status) == ("pydantic_ai", RunStatus.READY)
+    assert (run.engine, run.status, run.session_id) == ("pydantic_ai", RunStatus.READY, "c1")  # rules' `session`
     assert await Resumer(store, AgentRegistry([agents.shop])).resume() == run_id
     assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]

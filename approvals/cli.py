@@ -1,4 +1,4 @@
-"""The `approvals` command: serve the app, run workers, migrate, manage users and tokens, seed a demo.
+"""The `approvals` command: serve the app, run workers, migrate, manage users, tokens and rules, seed a demo.
 
 Settings come from command-line options, then APPROVALS_* environment variables, then a
 config file (`--config approvals.env`, KEY=value lines). Errors are one clear line, never
@@ -7,6 +7,7 @@ a traceback: a wrong database URL, an agent path that does not import, a port in
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import logging
@@ -14,16 +15,17 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import anyio
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .channels.webhooks import deliver_webhooks
-from .exceptions import ApprovalsError
+from .exceptions import ApprovalsError, UserError
+from .policy import Effect, InvalidRule, Kind, Outcome, RuleSpec, StoredRule, dump_rules, load_rules, rule_flags
 from .security import new_password
-from .store import SYSTEM, TOKEN_SCOPES, Database, Store
+from .store import SYSTEM, TOKEN_SCOPES, Database, DryRun, Store
 from .store.migrate import current_revision, head_revision, upgrade
 from .worker.resumer import (
     DEFAULT_LEASE_SECONDS,
@@ -44,6 +46,13 @@ users_app = typer.Typer(help="Reviewer accounts.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens for services.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs.", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+rules_app = typer.Typer(
+    help=(
+        "Standing rules: which calls are allowed, denied or routed to whom without asking each time. "
+        "`approvals rules apply rules.yaml` makes them a file's (run it in CI; `--check` detects drift)."
+    ),
+    no_args_is_help=True,
+)
 hook_app = typer.Typer(
     help=(
         "Coding agents' pre-tool hooks. `approvals hook claude-code|codex|gemini|cursor [--wait S] [--fallback F] "
@@ -58,6 +67,7 @@ for sub, name in (
     (tokens_app, "tokens"),
     (runs_app, "runs"),
     (audit_app, "audit"),
+    (rules_app, "rules"),
     (hook_app, "hook"),
 ):
     app.add_typer(sub, name=name)
@@ -72,6 +82,9 @@ AgentOption = Annotated[
     list[str] | None, typer.Option("--agent", help="Import path of an agent, e.g. myapp.agents:support_agent.")
 ]
 Role = Annotated[str, typer.Option("--role", help="viewer, reviewer or admin")]
+BAD_INPUT = 2
+"""The exit code for input the command cannot use (a rules file with errors), as click's usage errors;
+`rules apply --check` exits 1 for drift, so CI tells the two apart."""
 
 
 def settings_for(config: Path | None, database_url: str | None = None, agents: list[str] | None = None) -> Any:
@@ -285,22 +298,66 @@ def users_add(
     role: Role = "reviewer",
     password: Annotated[str | None, typer.Option(help="Omit to generate one (printed once).")] = None,
     sso_only: Annotated[bool, typer.Option(help="No password: the user signs in through the SSO proxy.")] = False,
+    group: Annotated[
+        list[str] | None,
+        typer.Option("--group", help="A group the user is in (repeatable): calls a rule routes to it ask its members."),
+    ] = None,
     database_url: DatabaseOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Add a reviewer account."""
     settings = settings_for(config, database_url)
     secret = None if sso_only else (password or new_password())
-    with_store(settings.database_url, lambda store: store.create_user(username, secret, role=role, actor=SYSTEM))
-    typer.echo(f"added {username} ({role})" + (f"; password: {secret}" if secret and not password else ""))
+    user = with_store(
+        settings.database_url,
+        lambda store: store.create_user(username, secret, role=role, actor=SYSTEM, groups=group or None),
+    )
+    groups = f", groups {', '.join(user.groups)}" if user.groups else ""
+    typer.echo(f"added {username} ({role}{groups})" + (f"; password: {secret}" if secret and not password else ""))
 
 
 @users_app.command("list")
 def users_list(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
-    """List accounts."""
+    """List accounts, with their groups."""
     settings = settings_for(config, database_url)
     for user in with_store(settings.database_url, lambda store: store.list_users()):
-        typer.echo(f"{user.username:<24} {user.role:<9} {'disabled' if user.disabled else 'active'}")
+        state = "disabled" if user.disabled else "active"
+        typer.echo(f"{user.username:<24} {user.role:<9} {state:<9} {','.join(user.groups or ()) or '-'}")
+
+
+@users_app.command("groups")
+def users_groups(
+    username: str,
+    set_: Annotated[
+        str | None, typer.Option("--set", help="Exactly these groups, comma-separated ('' for none).")
+    ] = None,
+    add: Annotated[list[str] | None, typer.Option("--add", help="Add the user to a group (repeatable).")] = None,
+    remove: Annotated[
+        list[str] | None, typer.Option("--remove", help="Take the user out of a group (repeatable).")
+    ] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show a user's groups, or change them; a rule that routes calls to a group asks its members."""
+    if set_ is not None and (add or remove):
+        raise typer.BadParameter("--set gives every group: use it without --add and --remove", param_hint="--set")
+    settings = settings_for(config, database_url)
+
+    async def groups(store: Store) -> list[str]:
+        current = sorted((await store.get_user(username)).groups or ())
+        if set_ is None and not add and not remove:
+            return current
+        if set_ is not None:
+            wanted = set_.split(",")
+        else:
+            absent = [group for group in remove or () if group not in current]
+            if absent:
+                raise UserError(f"{username} is not in {absent[0]!r}; their groups: {', '.join(current) or 'none'}")
+            wanted = [group for group in current if group not in (remove or ())] + list(add or ())
+        return sorted((await store.set_user_groups(username, wanted, actor=SYSTEM)).groups or ())
+
+    found = with_store(settings.database_url, groups)
+    typer.echo(f"{username}: {', '.join(found) if found else 'no groups'}")
 
 
 @users_app.command("disable")
@@ -451,6 +508,270 @@ def audit_export(
 
     count = with_store(settings.database_url, export)
     typer.echo(f"wrote {count} events to {output}")
+
+
+RulesFile = Annotated[
+    Path, typer.Argument(help="A rules file (YAML); '-' reads standard input.", dir_okay=False, allow_dash=True)
+]
+
+
+def read_rules_file(path: Path) -> list[RuleSpec]:
+    """The rules of a file, or every problem in it printed and exit code 2: nothing is applied from a bad file."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.secho(f"error: cannot read {path}: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(BAD_INPUT) from None
+    source = "standard input" if str(path) == "-" else str(path)
+    try:
+        return load_rules(text, source=source)
+    except InvalidRule as exc:
+        invalid_rules(exc, source)
+
+
+def invalid_rules(exc: InvalidRule, source: str) -> NoReturn:
+    """Every problem on a line of its own, then exit 2."""
+    typer.secho(f"error: {source} has errors, so nothing was changed:", fg=typer.colors.RED, err=True)
+    for problem in exc.problems:
+        typer.secho(f"  - {problem}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(BAD_INPUT)
+
+
+@rules_app.command("apply")
+def rules_apply(
+    file: RulesFile,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Also remove the standing rules the file does not hold.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would change, and change nothing.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing; exit 1 when the database differs from the file (CI).")
+    ] = False,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Make the standing rules those of a file, in one transaction, and print the diff (+ new, ~ changed, - removed).
+
+    Applying the same file again changes nothing. Remembered rules are left alone. A file with
+    any error changes nothing: every problem is printed with its rule, and the exit code is 2.
+    """
+    settings = settings_for(config, database_url)
+    specs = read_rules_file(file)
+    try:
+        diff = with_store(
+            settings.database_url,
+            lambda store: store.apply_rules(specs, actor=SYSTEM, prune=prune, dry_run=dry_run or check),
+        )
+    except InvalidRule as exc:
+        invalid_rules(exc, str(file))
+    for line in diff.lines():
+        typer.echo(line)
+    if check and not diff.empty:
+        typer.secho(f"the standing rules differ from {file}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    if dry_run and not diff.empty:
+        typer.echo("(dry run: nothing was changed)")
+
+
+@rules_app.command("list")
+def rules_list(
+    kind: Annotated[Kind | None, typer.Option(help="Only standing or only remembered rules.")] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The rules in the database, each with its current version and flags (never matches, shadowed, ...)."""
+    settings = settings_for(config, database_url)
+
+    async def listed(store: Store) -> tuple[list[StoredRule], dict[str, list[str]]]:
+        rules = await store.list_rules()
+        flags = rule_flags(rules, now=dt.datetime.now(dt.UTC), groups_with_members=await store.group_names())
+        return [rule for rule in rules if kind is None or rule.kind is kind], flags
+
+    rules, flags = with_store(settings.database_url, listed)
+    if not rules:
+        typer.echo("no rules")
+        return
+    headers = ["name", "effect", "tool", "condition", "version", "enabled", "kind", "author", "expires", "flags"]
+    rows = [
+        [
+            rule.name,
+            _effect_text(rule.spec),
+            ",".join(rule.spec.tool),
+            _short(" ".join(rule.spec.when.split()) or "always", 60),
+            str(rule.version),
+            "yes" if rule.spec.enabled else "no",
+            rule.kind.value,
+            rule.author,
+            _moment(rule.spec.expires_at) if rule.spec.expires_at else "-",
+            "; ".join(flags.get(rule.name, ())) or "-",
+        ]
+        for rule in rules
+    ]
+    _print_table(headers, rows)
+
+
+@rules_app.command("export")
+def rules_export(
+    file: Annotated[
+        Path | None, typer.Argument(help="Where to write; omit for standard output.", dir_okay=False)
+    ] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The standing rules as a rules file: `approvals rules apply` reads it back with no changes."""
+    settings = settings_for(config, database_url)
+    rules = with_store(settings.database_url, lambda store: store.list_rules(kind=Kind.STANDING))
+    text = dump_rules(rule.spec for rule in rules)
+    if file is None:
+        typer.echo(text, nl=False)
+        return
+    file.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {len(rules)} rules to {file}", err=True)
+
+
+@rules_app.command("history")
+def rules_history(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Every version of a rule, newest first: when, who, and what changed."""
+    settings = settings_for(config, database_url)
+    versions = with_store(settings.database_url, lambda store: store.rule_versions(name))
+    for newer, older in zip(versions, [*versions[1:], None], strict=True):
+        typer.echo(f"v{newer.version:<4} {_moment(newer.created_at)}  {newer.author:<16} {_change(newer, older)}")
+
+
+def _change(newer: StoredRule, older: StoredRule | None) -> str:
+    """What a version did, against the one before it."""
+    if newer.deleted:
+        return "deleted"
+    if older is None or older.deleted:
+        definition = ", ".join(f"{key}: {value!r}" for key, value in newer.spec.definition().items() if key != "name")
+        return f"created ({newer.kind.value}): {definition}"
+    before, after = older.spec.model_dump(mode="json"), newer.spec.model_dump(mode="json")
+    changed = {key: (before[key], after[key]) for key in after if before[key] != after[key]}
+    if set(changed) == {"enabled"}:
+        return "enabled" if newer.spec.enabled else "disabled"
+    return "changed " + "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed.items())
+
+
+@rules_app.command("enable")
+def rules_enable(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Enable a rule (a new version)."""
+    settings = settings_for(config, database_url)
+    rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, True, actor=SYSTEM))
+    typer.echo(f"enabled {name} (version {rule.version})")
+
+
+@rules_app.command("disable")
+def rules_disable(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Disable a rule (a new version): it decides nothing until enabled again."""
+    settings = settings_for(config, database_url)
+    rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, False, actor=SYSTEM))
+    typer.echo(f"disabled {name} (version {rule.version})")
+
+
+@rules_app.command("delete")
+def rules_delete(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Remove a rule; its versions stay in its history and the audit log."""
+    settings = settings_for(config, database_url)
+    rule = with_store(settings.database_url, lambda store: store.delete_rule(name, actor=SYSTEM))
+    typer.echo(f"deleted {name} (version {rule.version})")
+
+
+@rules_app.command("dry-run")
+def rules_dry_run(
+    rule: Annotated[
+        str,
+        typer.Argument(metavar="FILE_OR_NAME", help="A rules file ('-': standard input), else a stored rule's name."),
+    ],
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many of the latest calls to look at.")] = 100,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """What a rule would have decided for the latest calls, beside what happened to them; nothing is saved.
+
+    `rule alone`: the rule's own outcome (- when it does not match); `with the rules`: the
+    outcome with the rules in force, the rule in place of its current version. A stored rule
+    that is disabled is tried as if enabled.
+    """
+    settings = settings_for(config, database_url)
+    path = Path(rule)
+    from_file = read_rules_file(path) if path.is_file() or rule == "-" else None
+
+    async def tried(store: Store) -> list[tuple[RuleSpec, DryRun]]:
+        if from_file is not None:
+            specs = from_file
+        else:
+            specs = [(await store.get_rule(rule)).spec.model_copy(update={"enabled": True})]
+        return [(spec, await store.dry_run_rule(spec, limit=limit)) for spec in specs]
+
+    for spec, dry in with_store(settings.database_url, tried):
+        typer.echo(f"{spec.name}: {len(dry.rows)} calls, {dry.matched} matched, {dry.failed} could not be evaluated")
+        if not dry.rows:
+            continue
+        headers = ["when", "call", "agent", "tool", "args", "happened", "rule alone", "with the rules"]
+        rows = [
+            [
+                _moment(row.created_at),
+                row.call_id[:12],
+                row.agent,
+                row.tool,
+                _short(json.dumps(row.args, ensure_ascii=False, default=str), 40),
+                row.status + (f" by {row.decided_by}" if row.decided_by else ""),
+                _outcome_text(row.rule, named=False),
+                _outcome_text(row.policy, named=True),
+            ]
+            for row in dry.rows
+        ]
+        _print_table(headers, rows)
+
+
+def _outcome_text(outcome: Outcome, *, named: bool) -> str:
+    if outcome.effect is None:
+        return "asks as its tool says" if named else "-"
+    text = outcome.effect.value
+    if outcome.effect is Effect.ASK:
+        text += (f" {outcome.approvals}" if outcome.approvals > 1 else "") + (
+            f" from {','.join(outcome.groups)}" if outcome.groups else ""
+        )
+    if outcome.failures and outcome.rule in {failure.rule for failure in outcome.failures}:
+        text += " (cannot evaluate)"
+    return f"{text} by {outcome.rule}" if named else text
+
+
+def _effect_text(spec: RuleSpec) -> str:
+    """An ask with its quorum, groups and time (`ask 2 finance 4h`); allow and deny as they are."""
+    if spec.effect is not Effect.ASK:
+        return spec.effect.value
+    parts = ["ask"]
+    if spec.approvals != 1 or spec.groups:
+        parts.append(str(spec.approvals))
+    if spec.groups:
+        parts.append(",".join(spec.groups))
+    if spec.ttl is not None:
+        parts.append(_duration(spec.ttl))
+    return " ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _moment(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _print_table(headers: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell; the last one is not padded."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    for cells in (headers, *rows):
+        line = "  ".join(cell.ljust(width) for cell, width in zip(cells[:-1], widths, strict=False))
+        typer.echo(f"{line}  {cells[-1]}".rstrip())
 
 
 @app.command()

@@ -93,6 +93,20 @@ def test_the_core_library_imports_without_the_web_stack() -> None:
     assert result.stdout.split() == [], "importing the core brought in the web stack"
 
 
+def test_deciding_a_call_by_a_condition_brings_in_no_web_stack() -> None:
+    """CEL's package imports its command-line tool (typer, rich); the rules load only its engine."""
+    web = sorted(WEB_STACK)
+    script = (
+        "import sys\n"
+        "from approvals.policy import compile_condition\n"
+        "assert compile_condition('args.amount < 50').holds({'args': {'amount': 20}})\n"
+        f"print(' '.join(sorted(n for n in sys.modules if n.split('.')[0] in {web!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []
+
+
 def test_the_wheel_holds_two_packages_and_the_web_stack_is_an_extra(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

@@ -45,6 +45,7 @@ __all__ = (
     "RunRefusal",
     "call_options",
     "in_groups",
+    "refusal_sentence",
     "reviewer_refusal",
     "run_options",
 )
@@ -190,6 +191,11 @@ def call_options(
 def in_groups(actor: Actor, approver_groups: Collection[str] | None) -> bool:
     """Whether `actor` is among those a call is routed to: any reviewer when no groups are named."""
     return not approver_groups or not actor.groups.isdisjoint(approver_groups)
+
+
+def refusal_sentence(refusal: CallRefusal) -> str:
+    """What a refusal says to the person refused, in the page and in the API's error alike."""
+    return _SENTENCES.get(refusal, refusal.value)
 
 
 def _sentence(refusal: CallRefusal | None, missing: int) -> str | None:

@@ -15,19 +15,23 @@ a missing field or a type error is a failed evaluation, which the rule set treat
 from __future__ import annotations
 
 import datetime as dt
+import importlib.machinery
+import importlib.util
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-import cel
 
 __all__ = ("VARIABLES", "Condition", "ConditionFailed", "InvalidCondition", "compile_condition")
 
 VARIABLES: Mapping[str, str] = {
     "args": "the call's validated arguments (a map)",
     "tool": "the tool's name",
-    "agent": "the agent, or the gate's source (claude_code, an app's name)",
+    "agent": "the agent, or the gate's source (claude-code, an app's name)",
     "engine": "the engine that asks (native, pydantic_ai, gate, claude_code, ...)",
     "session": "the session (a gate's session id, else the run's id)",
     "context": "what the caller said about the call (working directory, requester, ...); a map, maybe empty",
@@ -37,6 +41,34 @@ VARIABLES: Mapping[str, str] = {
 """What a condition may refer to, with what a form shows about each."""
 MAX_CONDITION = 4000
 _POSITION = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
+
+
+@cache
+def _cel() -> ModuleType:
+    """The CEL engine: the Rust extension of `common-expression-language`, loaded by itself.
+
+    The package's `__init__` also imports its command-line tool (typer, rich, prompt-toolkit:
+    0.65 s, and the web stack the core must not pull in), which we never use. The extension
+    module is loaded on its own from the package's folder and registered under its name, so a
+    later `import cel` elsewhere reuses it. Should its layout ever change, the package is imported.
+    """
+    loaded = sys.modules.get("cel.cel")
+    if loaded is not None:
+        return loaded
+    package = importlib.util.find_spec("cel")
+    folders = package.submodule_search_locations if package is not None else None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    found = [p for p in Path(next(iter(folders or ["."]))).glob("cel.*") if p.name.endswith(suffixes)]
+    if len(found) == 1:
+        spec = importlib.util.spec_from_file_location("cel.cel", found[0])
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules["cel.cel"] = module
+            return module
+    import cel  # pragma: no cover - only if the package's layout changed
+
+    return cel
 
 
 class InvalidCondition(ValueError):
@@ -71,7 +103,10 @@ class Condition:
         return value if isinstance(value, bool) else None
 
     def holds(self, activation: Mapping[str, Any]) -> bool:
-        """Whether the condition is true for this call; `ConditionFailed` when it cannot say."""
+        """Whether the condition is true for this call; `ConditionFailed` when it cannot say.
+
+        `activation`: the variables (`activation()`), or the same made `prepared` once for several conditions.
+        """
         try:
             value = self._program.execute(activation)
         except Exception as exc:  # the bindings raise KeyError, TypeError, RuntimeError, ...
@@ -92,7 +127,7 @@ def compile_condition(text: str) -> Condition:
     if len(text) > MAX_CONDITION:
         raise InvalidCondition(f"the condition is longer than {MAX_CONDITION} characters")
     try:
-        program = cel.compile(text)
+        program = _cel().compile(text)
     except Exception as exc:  # the bindings raise ValueError with the parser's report
         raise _compile_error(str(exc)) from None
     unknown = sorted(_variables(program) - set(VARIABLES) - _bound_by_macros(text))
@@ -129,6 +164,20 @@ def _evaluation_error(exc: Exception) -> str:
         return f"no field {exc.args[0]!r} (test it first with has(...))"
     text = str(exc).split(". ")[0].strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def prepared(variables: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The variables converted for CEL once, for all the conditions one call meets.
+
+    Evaluating with a plain mapping converts every variable for each condition (tens of
+    microseconds); a prepared context is converted once. Values CEL cannot take stay a
+    mapping, so each condition that reads them fails on its own, saying why.
+    """
+    try:
+        context: Mapping[str, Any] = _cel().Context(dict(variables))
+        return context
+    except Exception:  # the bindings raise TypeError, ValueError, ... for a value they cannot convert
+        return variables
 
 
 def activation(

@@ -17,15 +17,17 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .conditions import Condition, ConditionFailed, activation, compile_condition
+from .conditions import Condition, ConditionFailed, activation, compile_condition, prepared
 from .rules import Effect, Kind, RuleSpec
 
 __all__ = ("NO_RULE", "AskedCall", "Failure", "Outcome", "RuleSet", "StoredRule")
 
+MATCHING_CACHE = 4096
+"""The most engine, agent and tool names a rule set keeps its matching rules for."""
 RULE_ACTOR_PREFIX = "rule:"
 """A call a rule decided names `rule:<name>` as who decided it, in the call and the audit log."""
 
@@ -154,6 +156,8 @@ class RuleSet:
     revision: int = 0
     _by_tool: dict[str, list[_Compiled]] = field(default_factory=dict, init=False, repr=False)
     _any_tool: list[_Compiled] = field(default_factory=list, init=False, repr=False)
+    _matching: dict[tuple[str, str, str], tuple[_Compiled, ...]] = field(default_factory=dict, init=False, repr=False)
+    """The rules whose patterns take an engine, agent and tool, worked out at their first call."""
 
     def __post_init__(self) -> None:
         for rule in self.rules:
@@ -176,12 +180,26 @@ class RuleSet:
     def __len__(self) -> int:
         return sum(1 for rule in self.rules if not rule.deleted)
 
-    def _candidates(self, tool: str) -> Iterable[_Compiled]:
-        exact = self._by_tool.get(tool, ())
-        if not self._any_tool:
-            return exact
-        seen = {id(found) for found in exact}
-        return [*exact, *(found for found in self._any_tool if id(found) not in seen)]
+    def _candidates(self, engine: str, agent: str, tool: str) -> tuple[_Compiled, ...]:
+        """The rules whose engine, agent and tool patterns take these names: the tool's own, and the globs that do.
+
+        Worked out once per engine, agent and tool and kept (at most `MATCHING_CACHE` of them), so
+        a call pays for neither the rules of other tools nor the glob rules that never take it.
+        """
+        key = (engine, agent, tool)
+        found = self._matching.get(key)
+        if found is None:
+            exact = self._by_tool.get(tool, ())
+            seen = {id(rule) for rule in exact}
+            found = tuple(
+                rule
+                for rule in (*exact, *(rule for rule in self._any_tool if id(rule) not in seen))
+                if rule.tool.match(tool) and rule.engine.match(engine) and rule.agent.match(agent)
+            )
+            if len(self._matching) >= MATCHING_CACHE:
+                self._matching.clear()  # names come from callers: keep the memory bounded
+            self._matching[key] = found
+        return found
 
     def decide(self, call: AskedCall) -> Outcome:
         """The outcome for `call` by the rules in force at `call.now`."""
@@ -190,22 +208,16 @@ class RuleSet:
         allows: list[StoredRule] = []
         remembered: list[StoredRule] = []
         failures: list[Failure] = []
-        variables: dict[str, Any] | None = None
-        for found in self._candidates(call.tool):
+        variables: Any = None  # prepared for CEL once, for the first condition
+        for found in self._candidates(call.engine, call.agent, call.tool):
             rule = found.rule
-            if not (
-                rule.in_force(call.now)
-                and found.tool.match(call.tool)
-                and found.engine.match(call.engine)
-                and found.agent.match(call.agent)
-                and (rule.spec.session is None or rule.spec.session == call.session)
-            ):
+            if not (rule.in_force(call.now) and (rule.spec.session is None or rule.spec.session == call.session)):
                 continue
             if rule.kind is Kind.REMEMBERED and call.requester == rule.author:
                 continue  # nobody approves their own calls, not even through a rule they made
             if found.condition is not None:
                 if variables is None:
-                    variables = _variables(call)
+                    variables = prepared(_variables(call))
                 try:
                     holds = found.condition.holds(variables)
                 except ConditionFailed as exc:

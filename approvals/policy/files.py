@@ -9,6 +9,7 @@ first, and every problem is reported at once with the entry it belongs to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +21,41 @@ from .rules import InvalidRule, RuleSpec, parse_rule
 __all__ = ("RulesDiff", "dump_rules", "load_rules", "plan_apply")
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (YAML would keep the last silently).
+
+    Only `true` and `false` are booleans, as in YAML 1.2: a rule named `off` or a reason
+    that says `No` stay text (`enabled: no` still reads as false: the rule's field takes it).
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # what a merge key (`<<: *defaults`) brings may be overridden
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"the key {key!r} is written twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
 def load_rules(text: str, *, source: str = "rules file") -> list[RuleSpec]:
     """The rules a YAML (or JSON) document holds; `InvalidRule` lists every problem in it."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506  # _Loader is a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -48,17 +80,20 @@ def parse_rules(entries: Sequence[Any], *, source: str = "rules") -> list[RuleSp
     seen: dict[str, int] = {}
     for position, entry in enumerate(entries, start=1):
         label = f"rule {position}"
-        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-            label += f" ({entry['name']})"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{label}: a rule is a mapping of name, effect, ..., not {entry!r}")
+            continue
+        name = entry.get("name")
+        if isinstance(name, str):
+            label += f" ({name})"
+            name = name.strip()  # as the rule will hold it
+            if name in seen:  # a name used twice is a problem even when one of the two has others
+                problems.append(f"{label}: the name {name!r} is used by rule {seen[name]} too")
+            seen.setdefault(name, position)
         try:
-            spec = parse_rule(entry if isinstance(entry, Mapping) else {"": entry})
+            specs.append(parse_rule(entry))
         except InvalidRule as exc:
             problems.extend(f"{label}: {problem}" for problem in exc.problems)
-            continue
-        if spec.name in seen:
-            problems.append(f"{label}: the name {spec.name!r} is used by rule {seen[spec.name]} too")
-        seen.setdefault(spec.name, position)
-        specs.append(spec)
     if problems:
         raise InvalidRule(problems, source)
     return specs

@@ -66,6 +66,11 @@ def _shadows(winner: RuleSpec, loser: RuleSpec) -> bool:
         return False
     if EFFECT_RANK[winner.effect] != EFFECT_RANK[loser.effect]:
         return EFFECT_RANK[winner.effect] > EFFECT_RANK[loser.effect]
-    if winner.effect is Effect.ASK:  # the strictest ask decides
-        return (winner.approvals, -(winner.ttl or float("inf"))) > (loser.approvals, -(loser.ttl or float("inf")))
+    if winner.effect is Effect.ASK:  # the strictest ask decides, then the first name
+        return _strictness(winner) < _strictness(loser)
     return winner.name < loser.name  # the first name decides among equals
+
+
+def _strictness(spec: RuleSpec) -> tuple[int, float, str]:
+    """As `evaluation` orders asks: the most approvals, then the shortest time to decide, then the name."""
+    return (-spec.approvals, spec.ttl or float("inf"), spec.name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,12 @@ __all__ = ("MAX_REMEMBER", "RememberScope", "Remember", "pinned_condition", "rem
 MAX_REMEMBER = dt.timedelta(days=90)
 """The longest a remembered rule may stand; an admin writes a standing rule for longer."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED = frozenset(
+    {"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if", "import",
+     "let", "loop", "package", "namespace", "return", "var", "void", "while"}
+)  # fmt: skip
+"""CEL's keywords and reserved words: not a field's name after a dot."""
+_INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
 
 class RememberScope(StrEnum):
@@ -53,20 +60,37 @@ class Remember:
 
 
 def cel_literal(value: Any) -> str:
-    """A JSON value written as a CEL literal (JSON's strings, numbers, lists and maps are CEL's too)."""
+    """A JSON value written as a CEL literal (JSON's strings, numbers, lists and maps are CEL's too).
+
+    Strings keep their characters (CEL's `\\u` escapes take no UTF-16 surrogate pairs); an
+    integer past CEL's `int` is a `uint` literal, or a double past that, as the bindings read it.
+    """
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, str | int | float):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int):
+        if _INT_MIN <= value <= _INT_MAX:
+            return str(value)
+        return f"{value}u" if 0 <= value <= _UINT_MAX else repr(float(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a JSON number")
+        return json.dumps(value)
+    if isinstance(value, str):
+        return _string(value)
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))}: {cel_literal(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_string(str(k))}: {cel_literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(cel_literal(item) for item in value) + "]"
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _field(name: str) -> str:
-    return f"args.{name}" if _IDENTIFIER.match(name) else f"args[{json.dumps(name)}]"
+    """`args.name`, or `args["name"]` for a name CEL would read as something else (`in`, `null`, `a-b`)."""
+    return f"args.{name}" if _IDENTIFIER.match(name) and name not in _RESERVED else f"args[{_string(name)}]"
 
 
 def pinned_condition(args: Mapping[str, Any], pinned: Sequence[str] | None) -> str:
@@ -95,8 +119,8 @@ def remembered_rule(
     return RuleSpec(
         name=f"remembered-{uuid.uuid4().hex[:12]}",
         description=f"remembered by {author} when approving call {call_id}",
-        engine=[engine],
-        agent=[agent],
+        engine=[_literal_glob(engine)],
+        agent=[_literal_glob(agent)],
         tool=[_literal_glob(tool)],
         session=session if remember.scope is RememberScope.SESSION else None,
         when=condition,

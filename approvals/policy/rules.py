@@ -29,12 +29,15 @@ __all__ = (
     "InvalidRule",
     "Kind",
     "MAX_APPROVALS",
+    "MAX_TTL",
     "RuleSpec",
     "parse_duration",
     "rule_problems",
 )
 
 MAX_APPROVALS = 20
+MAX_TTL = 366 * 24 * 3600.0
+"""The longest time to decide a rule may give (a year, as a gate's `approval_ttl`): beyond, no date exists."""
 RULE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
@@ -116,7 +119,7 @@ class RuleSpec(BaseModel):
     approvals: int = Field(default=1, ge=1, le=MAX_APPROVALS, description="ask: approvals needed")
     groups: list[str] = Field(default_factory=list, description="ask: the groups whose members may approve")
     ttl: Annotated[float | None, BeforeValidator(parse_duration)] = Field(
-        default=None, gt=0, description="ask: seconds people have to decide"
+        default=None, description="ask: seconds people have to decide"
     )
     expires_at: dt.datetime | None = Field(default=None, description="when the rule stops applying")
     enabled: bool = True
@@ -143,6 +146,13 @@ class RuleSpec(BaseModel):
         if bad:
             raise ValueError(f"{bad[0]!r} is not a group name (letters, digits, '.', '_', '-')")
         return sorted(set(groups))
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, ttl: float | None) -> float | None:
+        if ttl is not None and not 0 < ttl <= MAX_TTL:  # NaN too
+            raise ValueError(f"give people a positive time to decide, at most {MAX_TTL / 86400:g}d")
+        return ttl
 
     @field_validator("when")
     @classmethod
@@ -199,6 +209,8 @@ def rule_problems(exc: ValidationError) -> list[str]:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = f"unknown key: a rule takes {', '.join(RuleSpec.model_fields)}"
         problems.append(f"{where}: {message}" if where else message)
     return problems
 

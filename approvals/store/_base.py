@@ -47,7 +47,17 @@ class Actor:
         return self.scopes is None or scope in self.scopes
 
 
-TOKEN_SCOPES = ("runs:read", "runs:write", "runs:admin", "calls:read", "calls:decide", "calls:ask", "audit:read")
+TOKEN_SCOPES = (
+    "runs:read",
+    "runs:write",
+    "runs:admin",
+    "calls:read",
+    "calls:decide",
+    "calls:ask",
+    "audit:read",
+    "rules:read",
+    "rules:write",
+)
 """What a token can be limited to; each API route needs one of them besides its role."""
 
 SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")
@@ -77,7 +87,8 @@ class StoreBase:
             yield tx
             await session.flush()  # the state change first, so the audit lock is held only until commit
             if self.db.is_postgres and tx.events:
-                await session.execute(*_chain_and_wake(tx.events, tx.announcements))
+                for events, announcements in _in_chunks(tx.events, tx.announcements):
+                    await session.execute(*_chain_and_wake(events, announcements))
             else:
                 await self.notifier.send_in_transaction(session, tx.announcements)
                 await append_events(session, tx.events)
@@ -98,7 +109,8 @@ class StoreBase:
             if connection.dialect.name != "postgresql":
                 write_chained(connection, tx.events)
             elif tx.events:  # the wake-ups go with them
-                connection.execute(*_chain_and_wake(tx.events, tx.announcements))
+                for events, announcements in _in_chunks(tx.events, tx.announcements):
+                    connection.execute(*_chain_and_wake(events, announcements))
             return tx, result
 
         if self.db.is_sqlite:
@@ -126,6 +138,19 @@ class StoreBase:
         if run is None:
             raise NotFound(f"No run {run_id!r}")
         return run
+
+
+CHAIN_CHUNK = 50
+"""Most events one statement appends on PostgreSQL: each is a call nested in the previous one's, and
+SQLAlchemy compiles nesting recursively (a rules file of a few hundred rules is one transaction)."""
+
+
+def _in_chunks(
+    events: list[AuditEvent], announcements: list[tuple[str, str]]
+) -> list[tuple[list[AuditEvent], list[tuple[str, str]]]]:
+    """The events in statements of at most `CHAIN_CHUNK`, the wake-ups with the last (each reads the chain's head)."""
+    chunks = [events[start : start + CHAIN_CHUNK] for start in range(0, len(events), CHAIN_CHUNK)]
+    return [(chunk, announcements if index == len(chunks) - 1 else []) for index, chunk in enumerate(chunks)]
 
 
 def _chain_and_wake(events: list[AuditEvent], announcements: list[tuple[str, str]]) -> Any:

@@ -1,14 +1,16 @@
 """Reviewers and API clients: users with roles, and bearer tokens stored only as hashes.
 
 Every change is audited. The plaintext of a token exists only in the return value of
-`create_token`; passwords are hashed with argon2 before they reach the store.
+`create_token`; passwords are hashed with argon2 before they reach the store. A user's
+groups say which routed calls they may approve (`approvals.calls.options`); group names
+follow the rules' own pattern (`policy.rules.GROUP_NAME`), so a rule can name any group.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import select, update
@@ -16,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..calls.states import ROLE_RANK, Role, is_role
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
+from ..policy.rules import GROUP_NAME
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import TOKEN_SCOPES, Actor, StoreBase
 from ._writes import SYSTEM_ACTOR_ID, utcnow
@@ -32,6 +35,18 @@ def _check_role(role: str) -> Role:
     if not is_role(role):
         raise UserError(f"Unknown role {role!r}: use viewer, reviewer or admin")
     return role
+
+
+def check_groups(groups: Iterable[str]) -> list[str]:
+    """Group names as stored: checked against the rules' pattern, without repeats, sorted."""
+    cleaned = sorted({group.strip() for group in groups if group.strip()})
+    bad = [group for group in cleaned if not GROUP_NAME.fullmatch(group)]
+    if bad:
+        raise UserError(
+            f"{bad[0]!r} is not a group name: use 1 to 100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return cleaned
 
 
 def _forgets_verified_tokens(
@@ -68,6 +83,8 @@ class AccountOps(StoreBase):
             raise UserError(f"{username!r} is reserved: the audit log names work nobody asked for so")
         if not actor.can("admin"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not add users")
+        if groups is not None:
+            groups = check_groups(groups)
         row = UserRow(
             username=username,
             password_hash=await hash_password_async(password) if password else None,
@@ -134,6 +151,28 @@ class AccountOps(StoreBase):
             details["sessions_ended"] = await revoke_user_sessions(tx.session, username, utcnow())
             action = "user.disabled" if disabled else "user.updated"
             tx.audit(actor.id, action, "user", username, details=details)
+
+    @_forgets_verified_tokens
+    async def set_user_groups(self, username: str, groups: Iterable[str], *, actor: Actor) -> UserRow:
+        """Make a user's groups exactly `groups` (admins only); returns the user as now stored.
+
+        Their sessions stay open: a session reads the user's groups on every request, so it
+        sees the change at once. Their tokens' cached actors are forgotten for the same reason.
+        """
+        if not actor.can("admin"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not change users' groups")
+        wanted = check_groups(groups)
+        async with self.transaction() as tx:
+            row = await tx.session.scalar(select(UserRow).where(UserRow.username == username).with_for_update())
+            if row is None:
+                raise NotFound(f"No user {username!r}")
+            previous = sorted(row.groups or ())
+            if previous == wanted:
+                return row
+            row.groups = wanted or None
+            details = {"groups": wanted, "previous": previous}
+            tx.audit(actor.id, "user.groups_changed", "user", username, details=details)
+        return row
 
     async def create_token(
         self,

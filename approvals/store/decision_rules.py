@@ -138,8 +138,7 @@ def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | No
     if refusal is refusals.OWN_RUN:
         return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
     if refusal is refusals.NOT_IN_GROUPS:
-        groups = ", ".join(call.approver_groups or ()) if call is not None else ""
-        return Forbidden(f"{actor.id!r} is not in the groups this call is routed to ({groups}): only they approve it")
+        return Forbidden(_options.refusal_sentence(refusal))  # the page's sentence: the same rule, the same words
     assert call is not None  # the other refusals need the call, read by then
     if refusal is refusals.NOT_OPEN:
         who = f" by {call.decided_by}" if call.decided_by else ""

@@ -1,7 +1,9 @@
 """Reads: a run's history, its calls, the inbox of pending calls and the audit log.
 
 Lists use keyset pagination (`after` the last row's sort key), so page 1,000 costs what
-page 1 costs. Cursors are opaque strings.
+page 1 costs. Cursors are opaque strings. The inbox's "for me" view (`approvable_by`) is
+`approvals.calls.options` written as SQL, so the list shows the calls whose page would
+offer that reviewer the Approve button.
 """
 
 from __future__ import annotations
@@ -10,16 +12,19 @@ import base64
 import datetime as dt
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import String, and_, cast, func, select, tuple_
+from sqlalchemy import ColumnElement, String, Text, and_, cast, exists, false, func, literal, or_, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
 
+from ..calls.options import reviewer_refusal
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..engines.native.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
-from ._base import StoreBase
+from ..policy.rules import Kind
+from ._base import Actor, StoreBase
 from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain
 from .models import (
@@ -28,6 +33,7 @@ from .models import (
     AuditEventRow,
     DecisionRow,
     MessageRow,
+    PolicyRuleRow,
     RunRow,
     ToolCallRow,
     ToolDefinitionRow,
@@ -174,6 +180,16 @@ class Queries(StoreBase):
             for call_id, starter in started_by.items()
         }
 
+    async def remembered_rule_versions(self, names: Collection[str]) -> frozenset[tuple[str, int]]:
+        """Which versions of these rules a reviewer's approve-and-remember made: pages say "remembered" of them."""
+        if not names:
+            return frozenset()
+        query = select(PolicyRuleRow.name, PolicyRuleRow.version).where(
+            PolicyRuleRow.name.in_(sorted(set(names))), PolicyRuleRow.kind == Kind.REMEMBERED
+        )
+        async with self.db.read() as session:
+            return frozenset((name, version) for name, version in await session.execute(query))
+
     async def tool_definition(self, version: str) -> ToolDefinition:
         async with self.db.read() as session:
             row = await session.get(ToolDefinitionRow, version)
@@ -188,10 +204,14 @@ class Queries(StoreBase):
         agent_name: str | None = None,
         tool_name: str | None = None,
         search: str | None = None,
+        approvable_by: Actor | None = None,
         after: str | None = None,
         limit: int = 50,
     ) -> Page[ToolCallRow]:
-        """The inbox: calls oldest first, filtered, one keyset page at a time."""
+        """The inbox: calls oldest first, filtered, one keyset page at a time.
+
+        `approvable_by`: only the calls that actor may approve now (the "for me" view).
+        """
         limit = max(1, min(limit, MAX_PAGE))
         query = select(ToolCallRow).order_by(ToolCallRow.created_at, ToolCallRow.id).limit(limit + 1)
         if status:
@@ -203,6 +223,8 @@ class Queries(StoreBase):
         if search:
             pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             query = query.where(cast(ToolCallRow.args, String).ilike(pattern, escape="\\"))
+        if approvable_by is not None:
+            query = query.where(self._approvable_by(approvable_by))
         if after:
             created_at, call_id = decode_cursor(after, [dt.datetime, str])
             query = query.where(tuple_(ToolCallRow.created_at, ToolCallRow.id) > tuple_(created_at, call_id))
@@ -211,15 +233,52 @@ class Queries(StoreBase):
         return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
     async def count_calls_by_status(
-        self, *, agent_name: str | None = None, tool_name: str | None = None
+        self, *, agent_name: str | None = None, tool_name: str | None = None, approvable_by: Actor | None = None
     ) -> dict[str, int]:
         query = select(ToolCallRow.status, func.count()).group_by(ToolCallRow.status)
         if agent_name:
             query = query.where(ToolCallRow.agent_name == agent_name)
         if tool_name:
             query = query.where(ToolCallRow.tool_name == tool_name)
+        if approvable_by is not None:
+            query = query.where(self._approvable_by(approvable_by))
         async with self.db.read() as session:
             return {status: count for status, count in await session.execute(query)}
+
+    def _approvable_by(self, actor: Actor) -> ColumnElement[bool]:
+        """The calls `actor` may approve now, by the rules of `call_options`, as one condition.
+
+        Open; not of a run the actor started; routed to no group or to one of theirs; not
+        already approved by them with its current arguments (a quorum takes different people).
+        """
+        if reviewer_refusal(actor, approving=True) is not None:
+            return false()
+        own_run = exists().where(RunRow.id == ToolCallRow.run_id, RunRow.started_by == actor.id)
+        approved = exists().where(
+            DecisionRow.call_id == ToolCallRow.id,
+            DecisionRow.actor == actor.id,
+            DecisionRow.args_digest == ToolCallRow.current_digest,
+            STANDING,
+        )
+        return and_(ToolCallRow.is_open, ~own_run, ~approved, self._routed_to(actor.groups))
+
+    def _routed_to(self, groups: Collection[str]) -> ColumnElement[bool]:
+        """Calls routed to no group (SQL NULL, JSON null or []) or to one of `groups`.
+
+        `approver_groups` is JSON on SQLite (read with `json_each`) and JSONB on PostgreSQL (`?|`).
+        """
+        column = ToolCallRow.approver_groups
+        if self.db.is_postgres:
+            unrouted = or_(column.is_(None), cast(column, Text).in_(("null", "[]")))
+            if not groups:
+                return unrouted
+            return or_(unrouted, column.op("?|")(literal(sorted(groups), ARRAY(Text))))
+        unrouted = func.coalesce(func.json_array_length(column), 0) == 0
+        if not groups:
+            return unrouted
+        each = func.json_each(column).table_valued("value")
+        mine = exists().select_from(each).where(each.c.value.in_(sorted(groups)))
+        return or_(unrouted, mine)
 
     async def list_runs(
         self, *, status: str | None = None, agent_name: str | None = None, after: str | None = None, limit: int = 50

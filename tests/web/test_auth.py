@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from approvals.policy import parse_rule
 from approvals.store import SYSTEM, Actor, Database, Store
 from approvals.store.token_cache import TOKEN_CACHE_SECONDS
 from approvals.worker.resumer import AgentRegistry
@@ -30,6 +31,14 @@ STATE_CHANGING = {
     ("POST", "/api/runs/{run_id}/retry"),
     ("POST", "/api/runs/{run_id}/resume"),
     ("POST", "/api/calls/{call_id}/decision"),
+    ("POST", "/api/calls/{call_id}/approve-and-remember"),
+    ("PUT", "/api/users/{username}/groups"),
+    ("PUT", "/api/rules/{name}"),
+    ("DELETE", "/api/rules/{name}"),
+    ("POST", "/api/rules/{name}/enabled"),
+    ("POST", "/api/rules/check"),
+    ("POST", "/api/rules/dry-run"),
+    ("POST", "/api/rules/apply"),
 }
 VALID_BODIES: dict[str, Any] = {
     "/api/runs": {"agent": "shop", "prompt": "go"},
@@ -37,7 +46,16 @@ VALID_BODIES: dict[str, Any] = {
     "/api/runs/{run_id}/retry": None,
     "/api/runs/{run_id}/resume": {"wait": None},
     "/api/calls/{call_id}/decision": {"verdict": "approve"},
+    "/api/calls/{call_id}/approve-and-remember": {"duration": "1h"},
+    "/api/users/{username}/groups": {"groups": ["finance"]},
+    "/api/rules/{name}": {"effect": "allow"},
+    "/api/rules/{name}/enabled": {"enabled": False},
+    "/api/rules/check": {"when": "true"},
+    "/api/rules/dry-run": {"rule": {"name": "r", "effect": "allow"}},
+    "/api/rules/apply": {"rules": []},
 }
+ADMIN_READS = {"/api/users"}
+"""Reads only an admin may make: a viewer's token is refused them."""
 
 
 @asynccontextmanager
@@ -300,8 +318,12 @@ def api_routes(app: FastAPI, methods: set[str]) -> list[tuple[str, str]]:
     return sorted((method, path) for method, path in documented - GATE_ROUTES if method in methods)
 
 
+RULE = "small-refunds"
+"""The rule `{name}` names: `test_every_api_read_needs_authentication` writes it."""
+
+
 def fill(path: str, run_id: str, call_id: str) -> str:
-    return path.replace("{run_id}", run_id).replace("{call_id}", call_id)
+    return path.replace("{run_id}", run_id).replace("{call_id}", call_id).replace("{name}", RULE)
 
 
 async def test_every_state_changing_api_route_refuses_viewers_and_anonymous_requests(
@@ -330,12 +352,13 @@ async def test_every_state_changing_api_route_refuses_viewers_and_anonymous_requ
 async def test_every_api_read_needs_authentication(web: WebApp, tmp_path: Path) -> None:
     run_id, call_id = await paused_run(web, tmp_path)
     routes = api_routes(web.app, {"GET"})
-    assert len(routes) == 10
+    assert len(routes) == 14
+    await web.store.save_rule(parse_rule({"name": RULE, "effect": "allow"}), actor=SYSTEM)
     async with web.client() as anonymous, web.api("viewer") as viewer:
         for _, path in routes:
             url = fill(path, run_id, call_id)
             assert (await anonymous.get(url)).status_code == 401, path
-            assert (await viewer.get(url)).status_code == 200, path
+            assert (await viewer.get(url)).status_code == (403 if path in ADMIN_READS else 200), path
 
 
 async def test_sessions_cookies_are_http_only_and_same_site(web: WebApp) -> None:

@@ -1,4 +1,4 @@
-"""The JSON API under /api: runs, calls, decisions, resumes and the audit log.
+"""The JSON API under /api: runs, calls, decisions, approve-and-remember, resumes and the audit log.
 
 Handlers parse, call the service or the store, and render a schema from `approvals_web.schemas`;
 every error is an RFC 9457 problem (see `approvals_web.problems`). The actor comes from
@@ -22,6 +22,7 @@ from approvals.audit_csv import CSV_COLUMNS, csv_row
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.engines.native.messages import as_approvals_messages
+from approvals.policy import Remember
 from approvals.store import Store
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
@@ -43,6 +44,7 @@ from .problems import PROBLEM_JSON
 from .schemas import (
     ActorOut,
     AnswerVerdict,
+    ApproveAndRemember,
     ApproveVerdict,
     AuditEventOut,
     AuditPage,
@@ -57,6 +59,8 @@ from .schemas import (
     EditVerdict,
     Name,
     Problem,
+    Remembered,
+    RememberedRuleOut,
     Resume,
     RunMessages,
     RunOut,
@@ -144,6 +148,11 @@ class CallFilters(BaseModel):
         ]
         | None
     ) = None
+    for_me: bool = Field(
+        False,
+        description="Only the calls you may approve now: open, routed to no group or to one of yours, "
+        "not of a run you started, not already approved by you.",
+    )
     after: Cursor | None = None
     limit: Annotated[int, Field(ge=1, le=500)] = 50
 
@@ -288,15 +297,19 @@ async def resume_run(
 
 @router.get("/calls", summary="The inbox: calls waiting for a person, oldest first", responses=errors(400, 401, 422))
 async def list_calls(actor: CallsReadAPI, context: ContextDep, filters: Annotated[CallFilters, Query()]) -> CallPage:
+    mine = actor if filters.for_me else None
     page = await context.store.list_calls(
         status=None if filters.status == "all" else filters.status,
         agent_name=filters.agent,
         tool_name=filters.tool,
         search=filters.q,
+        approvable_by=mine,
         after=checked_cursor(filters.after, dt.datetime, str),
         limit=filters.limit,
     )
-    counts = await context.store.count_calls_by_status(agent_name=filters.agent, tool_name=filters.tool)
+    counts = await context.store.count_calls_by_status(
+        agent_name=filters.agent, tool_name=filters.tool, approvable_by=mine
+    )
     return CallPage(items=[CallOut.model_validate(c) for c in page.items], next_cursor=page.next_cursor, counts=counts)
 
 
@@ -318,7 +331,7 @@ async def get_call(call_id: CallId, actor: CallsReadAPI, context: ContextDep) ->
         "The body's `verdict` picks the kind. Edited arguments are validated by the tool's own validator (422 with "
         "field `errors`, nothing saved). Send the call's `current_args_digest` as `args_digest` to refuse the "
         "approval if the arguments changed since you showed them. Reviewers may not approve calls of runs they "
-        "started (403)."
+        "started, nor calls a rule routed to groups they are not in (403); anyone who decides may deny them."
     ),
     responses=errors(401, 403, 404, 409, 422),
 )
@@ -326,6 +339,35 @@ async def decide(
     call_id: CallId, body: Annotated[Decision, Body()], actor: CallsDecideAPI, context: ContextDep
 ) -> CallOut:
     return CallOut.model_validate(await context.service.decide(call_id, to_verdict(body), actor=actor))
+
+
+@router.post(
+    "/calls/{call_id}/approve-and-remember",
+    summary="Approve a call and allow calls like it for a while",
+    description=(
+        "Approves the call as `decision` does, then makes a narrow rule (`remembered-...`): the same agent and tool, "
+        "this session or any (`scope`), the `pinned` arguments' values or a `condition`, until `duration` ends. You "
+        "may remember only what you may approve: a call you may not approve is a 403 (outside its groups, your own "
+        "run), one that needs several approvals a 400. The rule's author (or an admin) may remove it."
+    ),
+    responses=errors(400, 401, 403, 404, 409, 422),
+)
+async def approve_and_remember(
+    call_id: CallId, body: Annotated[ApproveAndRemember, Body()], actor: CallsDecideAPI, context: ContextDep
+) -> Remembered:
+    remember = Remember(body.scope, dt.timedelta(seconds=body.duration), pinned=body.pinned, condition=body.condition)
+    call, rule = await context.store.approve_and_remember(call_id, remember, actor=actor, args_digest=body.args_digest)
+    return Remembered(
+        call=CallOut.model_validate(call),
+        rule=RememberedRuleOut(
+            name=rule.name,
+            version=rule.version,
+            author=rule.author,
+            created_at=rule.created_at,
+            expires_at=rule.spec.expires_at,
+            definition=rule.spec.definition(),
+        ),
+    )
 
 
 def to_verdict(body: ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict) -> Verdict:

@@ -25,7 +25,7 @@ from approvals.worker import DelivererHealth
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import api, docs, gate, health, login, pages, problems
+from . import api, docs, gate, health, login, pages, problems, rules, rules_api, users
 from .auth import LoginRequired
 from .context import AppContext
 from .hardening import SecurityMiddleware, reject_nul_in_url
@@ -116,6 +116,9 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(api.router)
     app.include_router(gate.router)
     app.include_router(gate.hooks_router)
+    app.include_router(rules_api.router)
+    app.include_router(rules.router)
+    app.include_router(users.router)
     app.include_router(pages.router)
     _install_error_handlers(app)
     return app

@@ -2,16 +2,21 @@
 
 The reviewer reads and edits arguments through the same fields, so the schema is walked in
 one place: `$ref`s and nullable unions resolved, each property given a kind, a type label
-and its constraints in words. Nothing here touches the database or the request.
+and its constraints in words. The approve-and-remember form (`RememberForm`) lives here too:
+what the reviewer chose, kept as typed when the store refuses it. Nothing here touches the
+database or the request.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from approvals.policy import Remember, RememberScope, pinned_condition
 
 from .views import as_text
 
@@ -410,3 +415,74 @@ def form_values(items: Iterable[tuple[str, Any]]) -> dict[str, str]:
         if name.startswith(FIELD_PREFIX) and isinstance(value, str):
             values[name] = value
     return values
+
+
+# --- approve and remember ------------------------------------------------------------------
+
+REMEMBER_PERIODS: dict[str, tuple[str, dt.timedelta]] = {
+    "1h": ("1 hour", dt.timedelta(hours=1)),
+    "8h": ("8 hours", dt.timedelta(hours=8)),
+    "1d": ("1 day", dt.timedelta(days=1)),
+    "7d": ("7 days", dt.timedelta(days=7)),
+    "30d": ("30 days", dt.timedelta(days=30)),
+}
+"""The periods the form offers, by the value it submits; the store allows up to `MAX_REMEMBER`."""
+Pinning = Literal["args", "condition"]
+
+
+@dataclass
+class RememberForm:
+    """The approve-and-remember form: the call's top-level arguments to pin, or a condition, a scope, a period.
+
+    Built with defaults for the card (every argument pinned, the condition prefilled from them),
+    or from what the reviewer submitted, so a refused form comes back as they left it.
+    """
+
+    names: list[str]
+    """The call's top-level argument names, one checkbox each."""
+    pinned: list[str]
+    scope: str = RememberScope.SESSION
+    period: str = "1h"
+    pinning: Pinning = "args"
+    condition: str = ""
+    error: str | None = None
+    open: bool = False
+    """Shown unfolded: the reviewer submitted it and it was refused."""
+
+    periods = REMEMBER_PERIODS
+
+    @classmethod
+    def for_call(cls, args: Mapping[str, Any]) -> RememberForm:
+        names = sorted(args)
+        return cls(names=names, pinned=names, condition=pinned_condition(args, None))
+
+    @classmethod
+    def submitted(
+        cls,
+        args: Mapping[str, Any],
+        *,
+        scope: str,
+        period: str,
+        pinning: Pinning,
+        pinned: Sequence[str],
+        condition: str,
+    ) -> RememberForm:
+        names = sorted(args)
+        chosen = [name for name in names if name in set(pinned)]
+        return cls(names, chosen, scope, period, pinning, condition, open=True)
+
+    def remember(self) -> Remember:
+        """What the store is asked to remember; a `ValueError` names a choice the form does not offer."""
+        try:
+            scope = RememberScope(self.scope)
+        except ValueError:
+            raise ValueError("Choose this session or this agent.") from None
+        if self.period not in REMEMBER_PERIODS:
+            raise ValueError(f"Choose a period: {', '.join(label for label, _ in REMEMBER_PERIODS.values())}.")
+        duration = REMEMBER_PERIODS[self.period][1]
+        if self.pinning == "condition":
+            if not self.condition.strip():
+                raise ValueError("Write a condition, or pin arguments instead.")
+            return Remember(scope, duration, condition=self.condition.strip())
+        every = self.pinned == self.names  # all pinned: no argument may be added either
+        return Remember(scope, duration, pinned=None if every else list(self.pinned))

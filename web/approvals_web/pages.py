@@ -9,6 +9,9 @@ the widget itself with 422 or 409; `static/approvals.js` lets htmx swap those.
 
 Which buttons and forms a viewer gets comes from `approvals.calls.options` (`call_options`,
 `run_options`), the rules `Store.decide` itself refuses by; the pages restate none of them.
+The inbox's "For me" view asks the store for the same rules as SQL (`approvable_by`). A
+call names the rule that decided it or routed it to groups (`views.RuleMention`); approve
+and remember (`Store.approve_and_remember`) makes a narrow rule the card lists, revocable.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from approvals.engines.base import EngineKind, get_engine
 from approvals.engines.native.messages import as_approvals_messages
 from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
+from approvals.policy import Kind, StoredRule
 from approvals.store import Actor
-from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.models import DecisionRow, RunRow, ToolCallRow
 from approvals.store.queries import ReviewFacts
 
 from . import forms, sse, views
@@ -92,6 +96,9 @@ class InboxRow:
     expiring_soon: bool
     options: CallOptions
     """What the viewer may do with the call, and why not (`approvals.calls.options`)."""
+    routing: views.Routing | None = None
+    rule: views.RuleMention | None = None
+    """The rule that decided the call, when no person did."""
     message: str | None = None
 
 
@@ -126,9 +133,17 @@ async def _definition(context: AppContext, version: str) -> ToolDefinition:
     return definition
 
 
-async def _row(context: AppContext, actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> InboxRow:
+async def _row(
+    context: AppContext,
+    actor: Actor,
+    call: ToolCallRow,
+    facts: ReviewFacts | None,
+    remembered: frozenset[tuple[str, int]] | None = None,
+) -> InboxRow:
     args = call.current_args
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
+    if remembered is None:
+        remembered = await context.store.remembered_rule_versions(views.rule_names([call]))
     return InboxRow(
         call=call,
         summary=views.summarize(args, schema=schema),
@@ -136,6 +151,8 @@ async def _row(context: AppContext, actor: Actor, call: ToolCallRow, facts: Revi
         digest=call.current_digest,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
         options=_options(actor, call, facts),
+        routing=views.routing(call),
+        rule=views.decided_by_rule(call, remembered),
     )
 
 
@@ -153,29 +170,41 @@ async def inbox(
     agent: str = "",
     tool: str = "",
     q: str = "",
+    for_me: bool = False,
     after: str | None = None,
 ) -> Response:
-    filters = {"status": status, "agent": agent, "tool": tool, "q": q}
+    filters = {"status": status, "agent": agent, "tool": tool, "q": q, "for_me": "1" if for_me else ""}
+    mine = actor if for_me else None
     page = await context.store.list_calls(
         status=None if status == "all" else status or None,
         agent_name=agent or None,
         tool_name=tool or None,
         search=q or None,
+        approvable_by=mine,
         after=after,
         limit=PAGE_SIZE,
     )
-    counts = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
+    every_count = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
+    mine_count = await context.store.count_calls_by_status(
+        agent_name=agent or None, tool_name=tool or None, approvable_by=actor
+    )
+    counts = mine_count if for_me else every_count
     facts = await context.store.review_facts([call.id for call in page.items])
+    remembered = await context.store.remembered_rule_versions(views.rule_names(page.items))
     shown = _set_filters(filters)
+    for_all = {k: v for k, v in shown.items() if k != "for_me"}
     return _page(
         request,
         "inbox.html",
         {
             "filters": filters,
-            "rows": [await _row(context, actor, call, facts.get(call.id)) for call in page.items],
+            "rows": [await _row(context, actor, call, facts.get(call.id), remembered) for call in page.items],
             "may_decide": reviewer_refusal(actor, approving=False) is None,
             "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING],
             "total": sum(counts.values()),
+            "for_me_count": sum(mine_count.values()),
+            "for_me_url": "/?" + urlencode({**for_all, "for_me": "1"}),
+            "everyone_url": "/?" + urlencode(for_all),
             "statuses": views.CALL_STATUSES,
             "agents": context.registry.names,
             "tools": _tool_names(context),
@@ -188,6 +217,15 @@ async def inbox(
 
 
 # --- a call and its decisions --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RememberedRule:
+    """A remembered rule that allows calls like the one shown, and whether the viewer may revoke it."""
+
+    rule: StoredRule
+    may_revoke: bool
+    """Its author, or an admin: whom `Store.delete_rule` lets remove it."""
 
 
 @dataclass
@@ -210,6 +248,15 @@ class Card:
     """Approved: the run has yet to act on it."""
     model_args_json: str | None = None
     """The model's own arguments, shown when a reviewer's edit replaced them."""
+    routing: views.Routing | None = None
+    """Whom a rule routed the call to, and which rule."""
+    rule: views.RuleMention | None = None
+    """The rule that decided the call, when no person did."""
+    remember: forms.RememberForm | None = None
+    """Approve and remember: offered when the viewer may approve and one approval decides the call."""
+    remembered: list[RememberedRule] = field(default_factory=list)
+    """Remembered rules in force for calls like this one."""
+    session_label: str = "this run"
     form_errors: list[str] = field(default_factory=list)
     message: str | None = None
     message_tone: str = "bad"
@@ -228,12 +275,15 @@ async def _card(
     *,
     errors: list[tuple[str, str]] | None = None,
     submitted: dict[str, str] | None = None,
+    remember: forms.RememberForm | None = None,
     **state: Any,
 ) -> Card:
-    """Everything a card shows; `errors` and `submitted` put a refused edit back in its form."""
+    """Everything a card shows; `errors` and `submitted` put a refused edit back in its form, `remember`
+    a refused approve-and-remember."""
     definition = await _definition(context, call.tool_version)
     decisions = await context.store.decisions_for(call.id)
     options = _options(actor, call, (await context.store.review_facts([call.id])).get(call.id))
+    run = await context.store.get_run(call.run_id)
     args = call.current_args
     fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
@@ -241,7 +291,9 @@ async def _card(
     try:
         tool_known = call.tool_name in context.registry.get(call.agent_name).agent.tools
     except NotFound:  # an agent that runs elsewhere: its calls' edits are checked by the schema stored with them
-        tool_known = await _asked_through_a_gate(context, call)
+        tool_known = get_engine(run.engine).kind is EngineKind.GATE
+    may_remember = options.may_approve and call.approvals_required == 1
+    remembered = await context.store.remembered_rule_versions(views.rule_names([call]))
     return Card(
         call=call,
         description=definition.description,
@@ -257,15 +309,29 @@ async def _card(
         model_args_json=json.dumps(call.args, indent=2, ensure_ascii=False, sort_keys=True)
         if call.override_args is not None
         else None,
+        routing=views.routing(call),
+        rule=views.decided_by_rule(call, remembered),
+        remember=(remember or forms.RememberForm.for_call(args)) if may_remember else None,
+        remembered=await _remembered_rules(context, actor, call, run),
+        session_label="this session" if run.session_id is not None else "this run",
         form_errors=form_errors,
         open_form="edit" if errors or submitted else state.pop("open_form", None),
         **state,
     )
 
 
-async def _asked_through_a_gate(context: AppContext, call: ToolCallRow) -> bool:
-    run = await context.store.get_run(call.run_id)
-    return get_engine(run.engine).kind is EngineKind.GATE
+async def _remembered_rules(context: AppContext, actor: Actor, call: ToolCallRow, run: RunRow) -> list[RememberedRule]:
+    """The remembered rules in force whose names take calls like `call` (their conditions aside)."""
+    now = dt.datetime.now(dt.UTC)
+    found = []
+    for rule in await context.store.list_rules(kind=Kind.REMEMBERED):
+        takes = rule.spec.matches_names(
+            engine=run.engine, agent=call.agent_name, tool=call.tool_name, session=run.session_id or run.id
+        )
+        if rule.in_force(now) and takes:
+            mine = rule.author == actor.id and actor.can("reviewer")
+            found.append(RememberedRule(rule, may_revoke=mine or actor.can("admin")))
+    return found
 
 
 async def _call_page(
@@ -278,12 +344,20 @@ async def _call_page(
     cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
     history = as_approvals_messages(await context.store.load_history(call.run_id))
     decisions = await context.store.decisions_for_run(call.run_id)
-    entries = timeline(history, calls, decisions, current=[call.id])
+    remembered = await context.store.remembered_rule_versions(views.rule_names(calls))
+    entries = timeline(history, calls, decisions, current=[call.id], remembered=remembered)
     session = [] if run.session_id is None else [c for c in reversed(calls) if c.id != call.id]
     return _page(
         request,
         "call.html",
-        {"call": call, "run": run, "cards": cards, "entries": entries, "session_calls": session},
+        {
+            "call": call,
+            "run": run,
+            "cards": cards,
+            "entries": entries,
+            "session_calls": session,
+            "session_rules": {c.id: views.decided_by_rule(c, remembered) for c in session},
+        },
         status=status,
     )
 
@@ -353,6 +427,62 @@ async def approve(
     view: Annotated[View, Form()] = "card",
 ) -> Response:
     return await _decide(request, context, actor, call_id, Approve(args_digest=args_digest), view)
+
+
+@router.post("/calls/{call_id}/approve-and-remember")
+async def approve_and_remember(
+    request: Request,
+    call_id: str,
+    actor: ReviewerPage,
+    context: ContextDep,
+    args_digest: Annotated[str, Form(min_length=1)],
+    scope: Annotated[str, Form()] = "session",
+    period: Annotated[str, Form()] = "1h",
+    pinning: Annotated[forms.Pinning, Form()] = "args",
+    pin: Annotated[list[str] | None, Form()] = None,
+    condition: Annotated[str, Form()] = "",
+) -> Response:
+    """Approve, and allow calls like this one for a while: a narrow rule (`Store.approve_and_remember`)."""
+    call = await context.store.get_call(call_id)
+    form = forms.RememberForm.submitted(
+        call.current_args, scope=scope, period=period, pinning=pinning, pinned=pin or [], condition=condition
+    )
+    try:
+        remember = form.remember()
+        _, rule = await context.store.approve_and_remember(call_id, remember, actor=actor, args_digest=args_digest)
+    except Conflict as exc:
+        return await _widget(
+            request, context, actor, call_id, "card", status=409, message=_conflict_message(exc, actor)
+        )
+    except Forbidden as exc:
+        return await _widget(request, context, actor, call_id, "card", status=403, message=str(exc), remember=form)
+    except (UserError, ValueError) as exc:  # a condition that does not compile, a period not offered
+        form.error = str(exc)
+        return await _widget(request, context, actor, call_id, "card", status=422, remember=form)
+    if not _is_htmx(request):
+        return _see_other(f"/calls/{call_id}")
+    until = f" until {rule.spec.expires_at:%Y-%m-%d %H:%M} UTC" if rule.spec.expires_at else ""
+    message = f"Approved, and calls like this are allowed by rule {rule.name}{until}."
+    return await _widget(request, context, actor, call_id, "card", message=message, message_tone="ok")
+
+
+@router.post("/calls/{call_id}/remembered/{name}/revoke")
+async def revoke_remembered(
+    request: Request, call_id: str, name: str, actor: ReviewerPage, context: ContextDep
+) -> Response:
+    """Remove a remembered rule shown on a call's card: its author's or an admin's to remove (`Store.delete_rule`)."""
+    try:
+        await context.store.delete_rule(name, actor=actor)
+    except Forbidden as exc:
+        return await _widget(request, context, actor, call_id, "card", status=403, message=str(exc))
+    except NotFound:
+        return await _widget(
+            request, context, actor, call_id, "card", status=404, message=f"No rule {name!r} to revoke."
+        )
+    if not _is_htmx(request):
+        return _see_other(f"/calls/{call_id}")
+    message = f"Rule {name} revoked: calls like this ask a person again."
+    return await _widget(request, context, actor, call_id, "card", message=message, message_tone="ok")
 
 
 @router.post("/calls/{call_id}/deny")
@@ -454,12 +584,13 @@ async def _run_page(
     calls = await context.store.run_calls(run_id)
     history = as_approvals_messages(await context.store.load_history(run_id))
     decisions = await context.store.decisions_for_run(run_id)
+    remembered = await context.store.remembered_rule_versions(views.rule_names(calls))
     return _page(
         request,
         "run.html",
         {
             "run": run,
-            "entries": timeline(history, calls, decisions),
+            "entries": timeline(history, calls, decisions, remembered=remembered),
             "waiting": [c for c in calls if c.is_open],
             "output": views.as_text(run.output) if run.output is not None else None,
             "asked_nobody": run.status == RunStatus.COMPLETED and not calls,
@@ -537,7 +668,10 @@ async def audit(
         request,
         "audit.html",
         {
-            "events": [(event, json.dumps(event.details, ensure_ascii=False, sort_keys=True)) for event in page.items],
+            "events": [
+                (event, json.dumps(event.details, ensure_ascii=False, sort_keys=True), views.audit_rule(event))
+                for event in page.items
+            ],
             "filters": filters,
             **_paging("/audit", shown, after, page.next_cursor),
             "csv_url": "/api/audit/export?" + urlencode({**shown, "format": "csv"}),

@@ -21,6 +21,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.engines.native.messages import ModelMessage
 from approvals.engines.native.tools import ToolDefinition
+from approvals.policy import MAX_REMEMBER, RememberScope, parse_duration
+from approvals.policy.rules import GROUP_NAME
 from approvals.store.models import DecisionRow, ToolCallRow
 
 
@@ -79,6 +81,8 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterVali
 """An id or name in a path or filter: a run, call, agent, tool, actor or action."""
 UtcDatetime = Annotated[dt.datetime, BeforeValidator(iso_8601_only), AfterValidator(as_utc)]
 """A moment written as ISO 8601, as the schema says: not a bare number pydantic would read as Unix time."""
+GroupName = Annotated[str, StringConstraints(pattern=GROUP_NAME.pattern)]
+"""A group of users, as rules name them: letters, digits, '.', '_' and '-'."""
 
 
 class FieldError(BaseModel):
@@ -160,6 +164,33 @@ class AnswerVerdict(Strict):
 
 
 Decision = Annotated[ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict, Field(discriminator="verdict")]
+
+
+class ApproveAndRemember(Strict):
+    """Approve a call, and allow calls like it without asking for a while: a narrow rule its author may revoke."""
+
+    args_digest: Name | None = None
+    """The `current_args_digest` the client showed; refused with 409 if the arguments changed since."""
+    scope: RememberScope = RememberScope.SESSION
+    """`session`: calls of the same session (or run); `agent`: calls of the same agent, in any session."""
+    duration: Annotated[
+        float, BeforeValidator(parse_duration), Field(gt=0, le=MAX_REMEMBER.total_seconds(), allow_inf_nan=False)
+    ]
+    """How long the rule stands: seconds, or a text such as `8h`, `7d` (at most 90 days)."""
+    pinned: list[Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(check_text)]] | None = (
+        None
+    )
+    """Top-level arguments whose values must match; null (with no `condition`): all of them, and no others."""
+    condition: Annotated[str, StringConstraints(min_length=1, max_length=10_000), AfterValidator(check_text)] | None = (
+        None
+    )
+    """A CEL condition over `args` (and `tool`, `agent`, `session`, ...) instead of `pinned`."""
+
+
+class UserGroups(Strict):
+    """A user's groups: which routed calls they may approve."""
+
+    groups: Annotated[list[GroupName], Field(max_length=100)]
 
 
 class Resume(Strict):
@@ -257,10 +288,17 @@ class CallOut(FromRow):
     expires_at: dt.datetime | None
     verdict: str | None
     decided_by: str | None
+    """A reviewer, or `rule:<name>` when a standing rule decided the call."""
     decided_at: dt.datetime | None
     denial_reason: str | None
     answer: Any
     result: Any
+    rule: str | None = Field(validation_alias="rule_name")
+    """The standing rule that decided the call or said who decides it."""
+    rule_version: int | None
+    """The version of `rule` that did."""
+    approver_groups: list[str] | None
+    """The groups a rule routed the call to: only their members approve it (null: any reviewer)."""
     created_at: dt.datetime
     updated_at: dt.datetime
 
@@ -320,6 +358,39 @@ class CallDetail(CallOut):
             tool_definition=ToolDefinitionOut.model_validate(definition),
             decisions=[DecisionOut.model_validate(d) for d in decisions],
         )
+
+
+class RememberedRuleOut(BaseModel):
+    """The rule an approve-and-remember made."""
+
+    name: str
+    version: int
+    author: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    definition: dict[str, Any]
+    """The rule as stored: its agent, tool, session and condition."""
+
+
+class Remembered(BaseModel):
+    """The approved call and the rule that now allows calls like it."""
+
+    call: CallOut
+    rule: RememberedRuleOut
+
+
+class UserOut(FromRow):
+    """A person who logs in, and the groups that say which routed calls they may approve."""
+
+    username: str
+    role: str
+    groups: Annotated[list[str], BeforeValidator(lambda groups: groups or [])]
+    disabled: bool
+    created_at: dt.datetime
+
+
+class UserList(BaseModel):
+    items: list[UserOut]
 
 
 class AuditEventOut(FromRow):

@@ -1,14 +1,16 @@
 """A run's message history as a timeline a reviewer can read.
 
 The stored history is what the model saw; the timeline joins each tool call in it to the
-approval-gated call it became and that call's decisions, so the page tells one story.
+approval-gated call it became and that call's decisions, so the page tells one story. A
+gate's session stores no history: its calls are the story, in the order they were asked.
+A call a rule decided says so ("approved by rule small-refunds, version 3").
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,7 +28,7 @@ from approvals.engines.native.messages import (
 )
 from approvals.store.models import DecisionRow, ToolCallRow
 
-from .views import as_text
+from .views import RuleMention, as_text, decided_by_rule
 
 EntryKind = Literal["system", "user", "text", "thinking", "call", "result", "answered", "skipped", "denied", "retry"]
 
@@ -46,6 +48,10 @@ class TimelineEntry:
     """This is the call the page is about."""
     note: str | None = None
     at: dt.datetime | None = None
+    rule: RuleMention | None = None
+    """The rule that approved or denied the call, when no person did."""
+    asked_from_elsewhere: bool = False
+    """A call the history does not hold: a gate's caller asked it, no model here made it."""
 
 
 def timeline(
@@ -54,13 +60,19 @@ def timeline(
     decisions: Sequence[DecisionRow] = (),
     *,
     current: Sequence[str] = (),
+    remembered: Collection[tuple[str, int]] = (),
 ) -> list[TimelineEntry]:
-    """The history as entries; tool calls are joined to their gated calls and decisions."""
+    """The history as entries; tool calls are joined to their gated calls and decisions.
+
+    Calls the history does not hold (a gate's, asked from elsewhere) follow it, oldest first.
+    `remembered`: the (rule, version) pairs that approve-and-remember made, so their decisions say so.
+    """
     by_tool_call = {call.tool_call_id: call for call in calls}
     by_call: dict[str, list[DecisionRow]] = {}
     for decision in decisions:
         by_call.setdefault(decision.call_id, []).append(decision)
     entries: list[TimelineEntry] = []
+    joined: set[str] = set()
     for message in history:
         if isinstance(message, ModelResponse):
             for part in message.parts:
@@ -72,6 +84,8 @@ def timeline(
                     entries.append(TimelineEntry(kind="thinking", content=shown, at=message.timestamp))
                 elif isinstance(part, ToolCallPart):
                     call = by_tool_call.get(part.tool_call_id)
+                    if call is not None:
+                        joined.add(call.id)
                     entries.append(
                         TimelineEntry(
                             kind="call",
@@ -82,11 +96,27 @@ def timeline(
                             decisions=by_call.get(call.id, []) if call else [],
                             current=call is not None and call.id in current,
                             at=message.timestamp,
+                            rule=decided_by_rule(call, remembered) if call else None,
                         )
                     )
             continue
         for request_part in message.parts:
             entries.append(_request_entry(request_part))
+    for call in sorted((c for c in calls if c.id not in joined), key=lambda c: (c.created_at, c.id)):
+        entries.append(
+            TimelineEntry(
+                kind="call",
+                content=json.dumps(call.current_args, indent=2, ensure_ascii=False),
+                tool_name=call.tool_name,
+                tool_call_id=call.tool_call_id,
+                call=call,
+                decisions=by_call.get(call.id, []),
+                current=call.id in current,
+                at=call.created_at,
+                rule=decided_by_rule(call, remembered),
+                asked_from_elsewhere=True,
+            )
+        )
     return entries
 
 

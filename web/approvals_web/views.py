@@ -1,19 +1,23 @@
 """What lists and pages show about calls and runs, worked out in Python so templates only display it.
 
-Badges, verdicts in words and one-line summaries. What a viewer may do with a call or a run
-is `approvals.calls.options`, the schema-driven edit form `approvals_web.forms` and the run's
-conversation `approvals_web.timeline`. Nothing here touches the database or the request.
+Badges, verdicts in words, one-line summaries, and the standing rules a call names: the one
+that decided it ("approved by rule small-refunds, version 3") or routed it to groups. What a
+viewer may do with a call or a run is `approvals.calls.options`, the schema-driven edit form
+`approvals_web.forms` and the run's conversation `approvals_web.timeline`. Nothing here
+touches the database or the request.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from approvals.calls.states import CallStatus, RunStatus
-from approvals.store.models import ToolCallRow
+from approvals.policy.evaluation import RULE_ACTOR_PREFIX
+from approvals.store.models import AuditEventRow, ToolCallRow
 
 _STATUS_TONE: dict[str, str] = {
     CallStatus.PENDING: "warn",
@@ -94,3 +98,90 @@ def expiring_soon(call: ToolCallRow, seconds: int, now: dt.datetime | None = Non
         return False
     now = now or dt.datetime.now(dt.UTC)
     return (call.expires_at - now).total_seconds() <= seconds
+
+
+# --- rules named on calls and audit events -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleMention:
+    """A standing rule a call or an audit event names, and what it did there."""
+
+    did: Literal["approved", "denied", "routed"]
+    rule: str
+    version: int | None = None
+    remembered: bool = False
+    """Made by a reviewer's approve-and-remember rather than written by an admin."""
+
+    @property
+    def words(self) -> str:
+        """E.g. "approved by rule small-refunds, version 3" (pages link the rule's name)."""
+        version = f", version {self.version}" if self.version is not None else ""
+        return f"{self.did} by {'remembered ' if self.remembered else ''}rule {self.rule}{version}"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Who may approve a call a rule asked about: "Routed to: finance (2 approvals)"."""
+
+    groups: tuple[str, ...]
+    approvals: int
+    rule: RuleMention | None
+
+    @property
+    def words(self) -> str:
+        who = ", ".join(self.groups) if self.groups else "any reviewer"
+        return f"{who} ({self.approvals} approval{'s' if self.approvals != 1 else ''})"
+
+
+def rule_actor(actor: str | None) -> str | None:
+    """The rule's name when `actor` (a call's `decided_by`, a decision's or an event's actor) is a rule."""
+    if actor and actor.startswith(RULE_ACTOR_PREFIX):
+        return actor.removeprefix(RULE_ACTOR_PREFIX)
+    return None
+
+
+def decided_by_rule(call: ToolCallRow, remembered: Collection[tuple[str, int]] = ()) -> RuleMention | None:
+    """The rule that approved or denied `call`, if a rule (not a person) decided it."""
+    name = rule_actor(call.decided_by)
+    if name is None:
+        return None
+    version = call.rule_version if call.rule_name == name else None
+    did: Literal["approved", "denied"] = "denied" if call.verdict == "deny" else "approved"
+    return RuleMention(did, name, version, (name, version) in remembered if version is not None else False)
+
+
+def routing(call: ToolCallRow) -> Routing | None:
+    """Whom a rule routed `call` to, when a rule asked people about it (and decided nothing itself)."""
+    if rule_actor(call.decided_by) is not None or not (call.rule_name or call.approver_groups):
+        return None
+    rule = RuleMention("routed", call.rule_name, call.rule_version) if call.rule_name else None
+    groups = tuple(call.approver_groups or ())
+    return Routing(groups, call.approvals_required, rule)
+
+
+def rule_names(calls: Collection[ToolCallRow]) -> set[str]:
+    """The rules these calls name: what to ask the store which of them were remembered."""
+    return {call.rule_name for call in calls if call.rule_name}
+
+
+def audit_rule(event: AuditEventRow) -> RuleMention | None:
+    """The rule an audit event says decided or routed its call: `call.approved` / `call.denied` by `rule:<name>`,
+    or a `call.requested` whose policy asked people."""
+    details = event.details if isinstance(event.details, dict) else {}
+    if event.action in ("call.approved", "call.denied") and rule_actor(event.actor) is not None:
+        did: Literal["approved", "denied"] = "approved" if event.action == "call.approved" else "denied"
+        return RuleMention(
+            did,
+            str(details.get("rule") or rule_actor(event.actor)),
+            _int_or_none(details.get("version")),
+            details.get("remembered") is True,
+        )
+    policy = details.get("policy") if event.action == "call.requested" else None
+    if isinstance(policy, dict) and policy.get("effect") == "ask" and policy.get("rule"):
+        return RuleMention("routed", str(policy["rule"]), _int_or_none(policy.get("version")))
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

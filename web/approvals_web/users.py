@@ -1,0 +1,133 @@
+"""Users and their groups, for admins: the users page and `/api/users` (`Store.set_user_groups`).
+
+A user's groups say which routed calls they may approve (`approvals.calls.options`): a rule
+that asks `finance` lets only finance's members approve. Group names follow the rules' own
+pattern, checked by the store, so the page, the API and the CLI refuse the same names.
+Managing users through the API takes an admin's token without scope limits: groups widen
+what a person may approve, so a token limited to reading runs must not change them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Form, HTTPException, Path, Request
+from fastapi.responses import RedirectResponse, Response
+
+from approvals.exceptions import UserError
+from approvals.store import Actor
+from approvals.store.models import UserRow
+
+from .api import EVERY_ROUTE, authenticate_writes, errors
+from .auth import AdminAPI, AdminPage, ContextDep, verify_csrf
+from .context import AppContext
+from .schemas import Name, UserGroups, UserList, UserOut
+from .templating import render
+
+__all__ = ("router",)
+
+
+async def user_admin(actor: AdminAPI) -> Actor:
+    """An admin whose token (if any) carries no scope limits."""
+    if actor.scopes is not None:
+        raise HTTPException(403, f"Managing users takes an admin token without scope limits; {actor.id}'s has limits")
+    return actor
+
+
+UserAdminAPI = Annotated[Actor, Depends(user_admin)]
+Username = Annotated[Name, Path(description="The user's name.")]
+
+pages = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)
+api = APIRouter(
+    prefix="/api",
+    tags=["users"],
+    dependencies=[Depends(authenticate_writes), Depends(verify_csrf)],
+    responses=errors(*EVERY_ROUTE),
+)
+router = APIRouter()
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+@dataclass
+class UserLine:
+    """One user as a row of the page, with their groups' form."""
+
+    user: UserRow
+    groups_text: str
+    """What the groups input holds: the stored groups, or what the admin typed."""
+    error: str | None = None
+    message: str | None = None
+
+
+def _line(user: UserRow, message: str | None = None) -> UserLine:
+    return UserLine(user=user, groups_text=", ".join(user.groups or ()), message=message)
+
+
+def _is_htmx(request: Request) -> bool:
+    return bool(request.headers.get("hx-request")) and not request.headers.get("hx-history-restore-request")
+
+
+def _answer(request: Request, context: dict[str, object], *, block: str | None = None, status: int = 200) -> Response:
+    response = render(request, "users.html", context, block=block if _is_htmx(request) else None, status=status)
+    response.headers["Vary"] = "HX-Request"
+    return response
+
+
+@pages.get("/users")
+async def users_page(request: Request, actor: AdminPage, context: ContextDep) -> Response:
+    lines = [_line(user) for user in await context.store.list_users()]
+    return _answer(request, {"lines": lines})
+
+
+@pages.post("/users/{username}/groups")
+async def set_groups(
+    request: Request, username: str, actor: AdminPage, context: ContextDep, groups: Annotated[str, Form()] = ""
+) -> Response:
+    """Set a user's groups from a comma-separated list; a refused name comes back in the row as typed."""
+    wanted = [group.strip() for group in groups.split(",")]
+    try:
+        user = await context.store.set_user_groups(username, wanted, actor=actor)
+    except UserError as exc:
+        line = UserLine(await context.store.get_user(username), groups, error=str(exc))
+        return await _with_line(request, context, line, status=422)
+    if not _is_htmx(request):
+        return RedirectResponse("/users", status_code=303, headers={"Vary": "HX-Request"})
+    return await _with_line(request, context, _line(user, message="Saved."))
+
+
+async def _with_line(request: Request, context: AppContext, line: UserLine, *, status: int = 200) -> Response:
+    """The row alone for htmx; else the whole page with this row as it is."""
+    if _is_htmx(request):
+        return _answer(request, {"line": line}, block="user_row", status=status)
+    lines = [line if user.username == line.user.username else _line(user) for user in await context.store.list_users()]
+    return _answer(request, {"lines": lines}, status=status)
+
+
+# --- the API -------------------------------------------------------------------------------
+
+
+@api.get("/users", summary="Users, their roles and groups (admin)", responses=errors(401, 403))
+async def list_users(actor: UserAdminAPI, context: ContextDep) -> UserList:
+    return UserList(items=[UserOut.model_validate(user) for user in await context.store.list_users()])
+
+
+@api.put(
+    "/users/{username}/groups",
+    summary="Set a user's groups (admin)",
+    description=(
+        "The user's groups become exactly these (an empty list: none). Groups say which routed calls the user may "
+        "approve; the change applies to their sessions and tokens at once, and is audited (`user.groups_changed`)."
+    ),
+    responses=errors(401, 403, 404, 422),
+)
+async def put_groups(
+    username: Username, body: Annotated[UserGroups, Body()], actor: UserAdminAPI, context: ContextDep
+) -> UserOut:
+    return UserOut.model_validate(await context.store.set_user_groups(username, body.groups, actor=actor))
+
+
+router.include_router(pages)
+router.include_router(api)

@@ -59,14 +59,18 @@ class ApprovalService:
             return None
         return self.registry.get(agent_name).agent.tools.get(tool_name)
 
-    async def request_call(self, request: CallRequest, *, actor: Actor) -> tuple[ToolCallRow, bool]:
+    async def request_call(
+        self, request: CallRequest, *, actor: Actor, hand_out: bool = False
+    ) -> tuple[ToolCallRow, bool]:
         """Ask people about one call of an agent that runs elsewhere; returns the call and whether it is new.
 
         The arguments are validated against the request's JSON Schema, else the registered
         tool of that name, else taken as any JSON object; `InvalidArguments` lists the errors.
+        `hand_out`: the caller runs a call a standing rule allows at once, so it is stored handed
+        out (`executing`) in the same transaction.
         """
         tool = self.registered_tool(request.source, request.tool_name) if request.json_schema is None else None
-        return await self.store.request_call(validate_request(request, tool), actor=actor)
+        return await self.store.request_call(validate_request(request, tool), actor=actor, hand_out=hand_out)
 
     async def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
         """A reviewer's edited arguments, checked by the validator that checked the call's own.

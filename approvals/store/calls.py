@@ -80,12 +80,16 @@ def session_run_id(engine: str, source: str, session_id: str) -> str:
 class CallOps(PolicyEvaluation, DecisionOps, Queries):
     """Requesting, waiting for and settling calls of agents that run elsewhere."""
 
-    async def request_call(self, validated: ValidatedRequest, *, actor: Actor) -> tuple[ToolCallRow, bool]:
+    async def request_call(
+        self, validated: ValidatedRequest, *, actor: Actor, hand_out: bool = False
+    ) -> tuple[ToolCallRow, bool]:
         """Store a call waiting for people, in its session's run; returns the call and whether it is new.
 
         The same `tool_call_id` in the same session is the same call: asked again, it is
         returned as it stands (decided or not), never stored twice; asked again with other
-        arguments, it is a `Conflict`.
+        arguments, it is a `Conflict`. The standing rules decide it first; with `hand_out`, a
+        call they allow is stored handed out to its caller (`executing`, its approval used up),
+        in the same transaction, as `hand_out` would leave it.
         """
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not request calls")
@@ -117,7 +121,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             approvals_required=request.approvals_required,
         )
         outcome = await self.evaluate_policy(asked, rule_set)
-        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome))
+        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out))
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
         """The call once it no longer waits for people, or as it stands after `seconds`.
@@ -186,7 +190,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
 
 
 def _request(
-    tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime, outcome: Outcome
+    tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime, outcome: Outcome, hand_out: bool
 ) -> tuple[ToolCallRow, bool]:
     request = validated.request
     run_id = session_run_id(request.engine, request.source, request.session_id)
@@ -236,6 +240,9 @@ def _request(
             outcome, approvals_required=request.approvals_required, expires_at=request.expires_at(now), now=now
         ),
     }
+    handed_out = hand_out and row["status"] == CallStatus.APPROVED
+    if handed_out:
+        row["status"] = CallStatus.EXECUTING
     tx.session.execute(CALLS.insert(), row)
     call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
     requested: dict[str, Any] = {"args": call.args, "args_digest": call.args_digest}
@@ -248,6 +255,9 @@ def _request(
         tx.record(call_event(outcome.actor or actor_id, action, call, details, at=now))
         if (decision := rule_decision(outcome, call.id, call.args_digest, now)) is not None:
             tx.session.execute(INSERT_DECISIONS, decision)
+        if handed_out:
+            tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
+            tx.record(call_event(actor_id, "call.executing", call, {"args_digest": call.args_digest}, at=now))
     elif run.status == RunStatus.RUNNING:
         tx.session.execute(
             update(RunRow).where(RunRow.id == run_id).values(status=RunStatus.AWAITING_APPROVAL, updated_at=now)

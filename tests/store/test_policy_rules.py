@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import anyio
 import pytest
@@ -63,13 +64,9 @@ rules:
 
 
 def gate_request(tool: str, args: dict[str, Any], *, session: str = "s1", key: str | None = None) -> Any:
+    key = key or uuid4().hex
     request = CallRequest(
-        engine="gate",
-        source="support-app",
-        session_id=session,
-        tool_name=tool,
-        args=args,
-        **({"tool_call_id": key} if key else {}),
+        engine="gate", source="support-app", session_id=session, tool_name=tool, args=args, tool_call_id=key
     )
     return validate_request(request)
 

@@ -45,6 +45,7 @@ async def test_a_claude_code_hook_is_answered_by_the_rules_at_once(web: WebApp) 
         asked = decision_of(await hook(agent, claude_input(tool_use_id="t3", tool_input={"command": "git push"})))
     assert decision_of(allowed)[0] == "allow"
     assert denied[0] == "deny" and "Deleting the root folder is never allowed." in (denied[1] or "")
+    assert (denied[1] or "").startswith("A standing rule denied this call")
     assert asked[0] == "deny" and "/calls/" in (asked[1] or "")  # waits for a person: the fallback names the call
     calls = {c.args["command"]: c for c in (await web.store.list_calls(status=None)).items}
     assert calls["git status"].decided_by == "rule:read-only-shell"
@@ -68,5 +69,7 @@ rules:
         body = response.json()
         big = await agent.post("/api/gate/calls", params={"wait": 0}, json=gate_call(
             idempotency_key="call-2", args={"order_id": "A-2", "amount": 80}))  # fmt: skip
-    assert (body["decision"], body["decided_by"]) == ("approved", "rule:small-refunds")
+    assert (body["decision"], body["decided_by"], body["status"]) == ("approved", "rule:small-refunds", "executing")
+    trail = [e.action for e in (await web.store.audit_events(subject_id=body["call_id"], newest_first=False)).items]
+    assert trail == ["call.requested", "call.approved", "call.executing"]  # stored and handed out in one write
     assert big.json()["decision"] == "pending"

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from approvals.calls.options import call_options
+from approvals.calls.options import CallRefusal, refusal_sentence
 from approvals.calls.states import CallStatus
 from approvals.policy import Remember, RememberScope, load_rules, pinned_condition
-from approvals.store import SYSTEM, Actor
+from approvals.store import SYSTEM
 from approvals.store.models import AuditEventRow, ToolCallRow
 from approvals_web import forms, views
 
@@ -50,10 +50,7 @@ rules:
     approvals: 2
     groups: [finance]
 """
-OUTSIDER_SENTENCE = call_options(
-    Actor("someone", "reviewer"), CallStatus.PENDING, started_by=None, approver_groups=["finance"]
-).why_not_approve
-assert OUTSIDER_SENTENCE is not None
+OUTSIDER_SENTENCE = refusal_sentence(CallRefusal.NOT_IN_GROUPS)
 
 
 async def setup(web: WebApp, **groups: list[str]) -> None:

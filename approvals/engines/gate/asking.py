@@ -46,7 +46,7 @@ async def ask(service: ApprovalService, request: CallRequest, *, actor: Actor, w
     The same idempotency key (`CallRequest.tool_call_id`) in the same session gets the same
     call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
     """
-    call, created = await service.request_call(request, actor=actor)
+    call, created = await service.request_call(request, actor=actor, hand_out=True)
     return Asked(await _answered(service, call, actor=actor, wait=wait), created)
 
 
@@ -87,11 +87,12 @@ async def ask_by_hook(
         return await _report(service, hook, body, actor=actor)
     try:
         request = hook.request(body, approval_ttl=approval_ttl)
-        call, _ = await service.request_call(request, actor=actor)
+        # a call a rule allows is answered `allow` (it is never edited), so the CLI runs it: handed out at once
+        call, _ = await service.request_call(request, actor=actor, hand_out=True)
         answer = await _answered(service, call, actor=actor, wait=wait, hand_out=False)
         verdict = verdict_for(hook, answer, fallback=fallback, call_url=call_url(answer.call_id), asked=request.args)
-        if verdict.permission is Permission.ALLOW:  # only what the CLI will run is handed out
-            await service.store.hand_out(answer.call_id, actor=actor)
+        if verdict.permission is Permission.ALLOW and answer.status == CallStatus.APPROVED:
+            await service.store.hand_out(answer.call_id, actor=actor)  # only what the CLI will run is handed out
     except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
         reason = _refusal(exc)
         await _audit_refusal(service, hook, reason, actor, body)

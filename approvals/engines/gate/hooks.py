@@ -26,6 +26,7 @@ from typing import Any
 
 from ...calls.canonical import canonical_json, digest
 from ...calls.requests import CallRequest, ReportedOutcome
+from ...policy.evaluation import RULE_ACTOR_PREFIX
 from .answers import Decision, GateAnswer
 
 __all__ = (
@@ -305,7 +306,8 @@ def verdict_for(
             "Ask again with exactly that input if it still does what you need.",
         )
     if decision is Decision.DENIED:
-        return Verdict(Permission.DENY, f"A reviewer denied this call: {answer.reason or 'no reason given'}")
+        who = "A standing rule" if (answer.decided_by or "").startswith(RULE_ACTOR_PREFIX) else "A reviewer"
+        return Verdict(Permission.DENY, f"{who} denied this call: {answer.reason or 'no reason given'}")
     if decision is Decision.ANSWERED:
         return Verdict(
             Permission.DENY,

@@ -61,15 +61,16 @@ def load_rules(text: str, *, source: str = "rules file") -> list[RuleSpec]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InvalidRule([f"not valid YAML{where}: {problem}"], source) from None
-    if data is None:
-        data = {"rules": []}
     if isinstance(data, list):
         data = {"rules": data}
-    if not isinstance(data, dict) or set(data) - {"rules"}:
-        raise InvalidRule(["the file is a mapping with one key, 'rules': a list of rules"], source)
-    entries = data.get("rules") or []
+    if not isinstance(data, dict) or set(data) != {"rules"}:
+        # an empty file is refused too: applied with `prune`, it would remove every rule by mistake
+        raise InvalidRule(
+            ["the file is a mapping with one key, 'rules': a list of rules (`rules: []` for none)"], source
+        )
+    entries = data["rules"]
     if not isinstance(entries, list):
-        raise InvalidRule(["'rules' must be a list of rules"], source)
+        raise InvalidRule(["'rules' must be a list of rules (`rules: []` for none)"], source)
     return parse_rules(entries, source=source)
 
 

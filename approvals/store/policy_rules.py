@@ -15,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,7 +30,7 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, StoredRule
 from ..policy.files import RulesDiff, plan_apply
 from ..policy.remember import Remember, remembered_rule
-from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec
+from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec, rule_problems
 from ._base import Actor, StoreBase
 from ._transaction import Transaction
 from ._writes import utcnow
@@ -49,8 +50,37 @@ _RUN_FACTS = select(RunRow.engine, RunRow.agent_name, RunRow.session_id, RunRow.
 
 
 def _stored(row: PolicyRuleRow) -> StoredRule:
+    """A stored version; one that no longer reads as a rule (a CEL release that refuses its condition, a row
+    edited by hand) becomes an `ask` for every call it may match, so it never lets a call through, and says why."""
+    try:
+        spec = RuleSpec.model_validate(row.definition)
+    except ValidationError as exc:
+        reason = f"stored version {row.version} no longer reads as a rule: {'; '.join(rule_problems(exc))}"
+        log.error("rule %s: %s; it asks a person for every call it may match", row.name, reason)
+        raw = row.definition if isinstance(row.definition, dict) else {}
+        spec = RuleSpec.model_construct(
+            name=row.name,
+            effect=Effect.ASK,
+            reason=reason,
+            engine=_patterns_or_any(raw.get("engine")),
+            agent=_patterns_or_any(raw.get("agent")),
+            tool=_patterns_or_any(raw.get("tool")),
+        )
+        return replace(_stored_as(row, spec), last_error=reason)
+    return _stored_as(row, spec)
+
+
+def _patterns_or_any(value: Any) -> list[str]:
+    if isinstance(value, str) and value:
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(item, str) and item for item in value):
+        return value
+    return ["*"]
+
+
+def _stored_as(row: PolicyRuleRow, spec: RuleSpec) -> StoredRule:
     return StoredRule(
-        spec=RuleSpec.model_validate(row.definition),
+        spec=spec,
         version=row.version,
         kind=Kind(row.kind),
         author=row.author,

@@ -51,7 +51,14 @@ def test_a_json_document_or_a_bare_list_is_a_rules_file_too() -> None:
     as_json = json.dumps({"rules": [{"name": "a", "effect": "allow", "tool": "x"}]})
     bare = "- name: a\n  effect: allow\n  tool: x\n"
     assert load_rules(as_json) == load_rules(bare) == [parse_rule({"name": "a", "effect": "allow", "tool": "x"})]
-    assert load_rules("") == load_rules("rules:\n") == load_rules("rules: []") == []
+    assert load_rules("rules: []") == load_rules("[]") == []
+
+
+@pytest.mark.parametrize("text", ["", "rules:\n", "rules: 0\n", "# nothing yet\n"])
+def test_a_file_that_does_not_say_rules_is_refused_not_read_as_no_rules(text: str) -> None:
+    """Applied with `--prune`, a file read as "no rules" would remove every rule: only `rules: []` says that."""
+    with pytest.raises(InvalidRule, match=r"rules: \[\]"):
+        load_rules(text)
 
 
 def problems(text: str) -> list[str]:
@@ -118,7 +125,7 @@ def test_a_file_that_is_not_a_mapping_of_rules_is_refused(text: str) -> None:
 
 
 def test_rules_must_be_a_list() -> None:
-    assert problems("rules: 3") == ["'rules' must be a list of rules"]
+    assert problems("rules: 3") == ["'rules' must be a list of rules (`rules: []` for none)"]
 
 
 @pytest.mark.parametrize(

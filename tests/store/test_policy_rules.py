@@ -350,3 +350,19 @@ async def test_a_remembered_rule_never_stands_in_for_a_quorum_the_tool_asks(stor
         await store.approve_and_remember(call.id, Remember(RememberScope.AGENT, dt.timedelta(hours=1)), actor=ALICE)
     async with store.db.read() as session:
         assert (await session.scalars(select(DecisionRow))).all() == []  # nothing approved either
+
+
+async def test_a_stored_rule_that_no_longer_reads_asks_a_person_for_its_calls_and_says_why(store: Store) -> None:
+    """A CEL release that refuses a saved condition, or a row edited by hand, must not stop every call."""
+    await store.save_rule(parse_rule({"name": "refunds", "tool": "refund", "effect": "allow"}), actor=ADMIN)
+    await store.save_rule(parse_rule({"name": "emails", "tool": "send_email", "effect": "allow"}), actor=ADMIN)
+    async with store.db.write() as session:
+        row = await session.scalar(select(PolicyRuleRow).where(PolicyRuleRow.name == "refunds"))
+        assert row is not None
+        row.definition = {**row.definition, "when": "args.amount <"}
+    refund = await ask(store, "refund", {"amount": 1})
+    email = await ask(store, "send_email", {"to": "a@b.example"})
+    assert (refund.status, refund.rule_name) == (CallStatus.PENDING, "refunds")
+    assert email.status == CallStatus.APPROVED  # the other rules still decide
+    [broken] = [rule for rule in await store.list_rules() if rule.name == "refunds"]
+    assert broken.last_error is not None and "no longer reads as a rule" in broken.last_error

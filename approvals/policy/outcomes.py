@@ -15,7 +15,7 @@ from .rules import Effect
 
 __all__ = ("RULE_DECISION_COLUMNS", "call_columns", "decided_details", "rule_decision")
 
-RULE_DECISION_COLUMNS = ("call_id", "actor", "verdict", "reason", "args_digest", "created_at")
+RULE_DECISION_COLUMNS = ("call_id", "actor", "verdict", "reason", "args_digest", "created_at", "consumed_at")
 
 
 def call_columns(
@@ -58,8 +58,11 @@ def call_columns(
     return columns
 
 
-def rule_decision(outcome: Outcome, call_id: str, args_digest: str, now: dt.datetime) -> dict[str, Any] | None:
-    """The `decisions` row of a call a rule allowed (its one approval), else None."""
+def rule_decision(
+    outcome: Outcome, call_id: str, args_digest: str, now: dt.datetime, *, used: bool = False
+) -> dict[str, Any] | None:
+    """The `decisions` row of a call a rule allowed (its one approval), else None; `used`: the call was handed
+    out at once, so the approval is used up as it is given."""
     if outcome.effect is not Effect.ALLOW:
         return None
     return {
@@ -69,6 +72,7 @@ def rule_decision(outcome: Outcome, call_id: str, args_digest: str, now: dt.date
         "reason": f"rule {outcome.rule}, version {outcome.version}",
         "args_digest": args_digest,
         "created_at": now,
+        "consumed_at": now if used else None,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from functools import cache
 from typing import Any, cast
 
 import anyio
@@ -121,7 +122,11 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             approvals_required=request.approvals_required,
         )
         outcome = await self.evaluate_policy(asked, rule_set)
-        return await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out))
+        version = validated.definition.version
+        known = version in self._stored_tool_versions
+        stored = await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known))
+        self._stored_tool_versions.add(version)
+        return stored
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
         """The call once it no longer waits for people, or as it stands after `seconds`.
@@ -190,38 +195,44 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
 
 
 def _request(
-    tx: Tx, validated: ValidatedRequest, actor_id: str, now: dt.datetime, outcome: Outcome, hand_out: bool
+    tx: Tx,
+    validated: ValidatedRequest,
+    actor_id: str,
+    now: dt.datetime,
+    outcome: Outcome,
+    hand_out: bool,
+    definition_stored: bool,
 ) -> tuple[ToolCallRow, bool]:
     request = validated.request
     run_id = session_run_id(request.engine, request.source, request.session_id)
     dialect = tx.session.dialect.name
-    insert_run = (pg_insert if dialect == "postgresql" else sqlite_insert)(RunRow).on_conflict_do_nothing()
-    created = tx.session.execute(
-        insert_run.returning(RunRow.id),
-        {
-            "id": run_id,
-            "agent_name": request.source,
-            "engine": request.engine,
-            "session_id": request.session_id,
-            "status": RunStatus.RUNNING,
-            "started_by": actor_id,
-            "message_count": 0,
-            "created_at": now,
-            "updated_at": now,
-        },
-    ).one_or_none()
-    run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()
-    assert run is not None  # inserted above, or there before
+    run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()  # a session asks many times
+    created = None
+    if run is None:  # its first call: the session's run begins (unless another request began it meanwhile)
+        insert_run = (pg_insert if dialect == "postgresql" else sqlite_insert)(RunRow).on_conflict_do_nothing()
+        created = tx.session.execute(
+            insert_run.returning(RunRow.id),
+            {
+                "id": run_id,
+                "agent_name": request.source,
+                "engine": request.engine,
+                "session_id": request.session_id,
+                "status": RunStatus.RUNNING,
+                "started_by": actor_id,
+                "message_count": 0,
+                "created_at": now,
+                "updated_at": now,
+            },
+        ).one_or_none()
+        run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()
+        assert run is not None  # inserted above, or by the other request
     if created is not None:
         details = {"engine": request.engine, "session_id": request.session_id}
         tx.record(run_event(actor_id, "run.started", run_id, request.source, details, at=now))
     elif run.status in FINAL_RUN_STATUSES:
         raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
-    existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
-    found = existing.mappings().one_or_none()
-    if found is not None:  # asked at the same moment by another request
-        return _same_call(loaded_call(dict(found)), validated), False
-    tx.session.execute(insert_tool_definitions(dialect), [tool_definition_row(validated.definition, now)])
+    if not definition_stored:  # a version's definition never changes: once stored, it is not sent again
+        tx.session.execute(insert_tool_definitions(dialect), [tool_definition_row(validated.definition, now)])
     row = {
         "id": uuid.uuid4().hex,
         "run_id": run_id,
@@ -243,7 +254,11 @@ def _request(
     handed_out = hand_out and row["status"] == CallStatus.APPROVED
     if handed_out:
         row["status"] = CallStatus.EXECUTING
-    tx.session.execute(CALLS.insert(), row)
+    if tx.session.execute(_insert_call(dialect), row).one_or_none() is None:  # asked at the same moment
+        existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
+        found = existing.mappings().one_or_none()
+        assert found is not None  # the key's call, which kept this one out
+        return _same_call(loaded_call(dict(found)), validated), False
     call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
     requested: dict[str, Any] = {"args": call.args, "args_digest": call.args_digest}
     if policy := outcome.details():
@@ -253,10 +268,9 @@ def _request(
     if decided is not None:
         action, details = decided
         tx.record(call_event(outcome.actor or actor_id, action, call, details, at=now))
-        if (decision := rule_decision(outcome, call.id, call.args_digest, now)) is not None:
+        if (decision := rule_decision(outcome, call.id, call.args_digest, now, used=handed_out)) is not None:
             tx.session.execute(INSERT_DECISIONS, decision)
         if handed_out:
-            tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
             tx.record(call_event(actor_id, "call.executing", call, {"args_digest": call.args_digest}, at=now))
     elif run.status == RunStatus.RUNNING:
         tx.session.execute(
@@ -267,6 +281,15 @@ def _request(
     tx.announce(PENDING_CHANNEL, run_id)
     tx.announce(RUNS_CHANNEL, run_id)
     return call, True
+
+
+@cache
+def _insert_call(dialect: str) -> Any:
+    """A new call, unless its session already holds one under its key (another request asked at the same moment)."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return (
+        insert(ToolCallRow).on_conflict_do_nothing(index_elements=["run_id", "tool_call_id"]).returning(ToolCallRow.id)
+    )
 
 
 def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:

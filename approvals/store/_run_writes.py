@@ -52,6 +52,7 @@ from ._writes import (
     SYSTEM_ACTOR_ID,
     ExecutedCall,
     HeldRun,
+    RulesChanged,
     RunEvent,
     RunWrite,
     lease_lost,
@@ -59,7 +60,7 @@ from ._writes import (
     tool_definition_row,
 )
 from .audit import AuditEvent
-from .models import DecisionRow, MessageRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .notify import READY_CHANNEL, RUNS_CHANNEL
 
 Tx = Transaction[Connection]
@@ -136,6 +137,8 @@ ADD_PENDING_CALL = _insert_for_held_run(
     {"run_id": RunRow.id, "agent_name": RunRow.agent_name},
     (*_PENDING_CALL_COLUMNS, "created_at", "updated_at"),
 )
+RULES_REVISION = select(func.coalesce(func.max(PolicyRuleRow.id), 0))
+"""The rules' revision, read inside a pause's write to check the rules that decided its calls are current."""
 INSERT_DECISIONS = insert(DecisionRow).values(
     {name: bindparam(name, type_=DecisionRow.__table__.c[name].type) for name in RULE_DECISION_COLUMNS}
 )
@@ -345,6 +348,11 @@ class WriteSteps:
         grow = len(self.write.messages)
         self._held = HeldRun(self.write.run_id, agent_name, count - grow, self.write.worker_id)
 
+    def _read_rules_revision(self, rows: Rows) -> None:
+        [(revision,)] = rows
+        if revision != self.write.rules_revision:
+            raise RulesChanged(revision)
+
     def _read_started(self, rows: Rows) -> None:
         assert self._held is not None
         assert self.write.start_executing is not None
@@ -388,6 +396,8 @@ def write_steps(write: RunWrite, dialect: str, stored_tool_versions: Iterable[st
     if write.messages:
         rows = [{**guard, "offset": i, **row} for i, row in enumerate(message_rows(write.messages, now))]
         planned._add(Step(APPEND_MESSAGES, rows))
+    if write.rules_revision is not None:
+        planned._add(Step(RULES_REVISION, {}, returns=True), planned._read_rules_revision)
     if write.calls:
         pending = {**guard, "created_at": now, "updated_at": now}
         planned._add(Step(ADD_PENDING_CALL, [{**pending, **_pending_columns(call)} for call in write.calls]))

@@ -123,6 +123,9 @@ class RunWrite:
     """The approvals of new calls a rule allowed (`policy.outcomes.rule_decision`)."""
     events: list[RunEvent] = field(default_factory=list)
     announcements: list[tuple[str, str]] = field(default_factory=list)
+    rules_revision: int | None = None
+    """The revision of the rules that decided the new calls: the write is refused (`RulesChanged`) if the rules
+    changed since, so a worker decides by the rules it holds in memory without reading them first."""
     now: dt.datetime = field(default_factory=lambda: utcnow())
 
     def __post_init__(self) -> None:
@@ -186,6 +189,10 @@ def tool_definition_from_row(stored: dict[str, Any]) -> ToolDefinition:
     if isinstance(text, str):
         fields["parameters_json_schema"] = json.loads(text)
     return ToolDefinition(**fields)
+
+
+class RulesChanged(Exception):
+    """A write whose calls were decided by rules that changed since: decide them again by the new rules."""
 
 
 def lease_lost(run_id: str, worker_id: str, status: str | None) -> Exception:

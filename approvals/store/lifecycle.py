@@ -20,7 +20,7 @@ from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, func, or_
 from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
-from ..exceptions import Forbidden
+from ..exceptions import Conflict, Forbidden
 from . import run_cancel
 from ._base import SYSTEM, Actor
 from ._run_writes import (
@@ -40,6 +40,7 @@ from ._writes import (
     ExecutedCall,
     HeldRun,
     Interrupted,
+    RulesChanged,
     RunEvent,
     RunWrite,
     utcnow,
@@ -328,12 +329,22 @@ class RunLifecycle(PolicyEvaluation):
         """The run stops for people: its last messages, its pending calls and its status, in one transaction.
 
         `results` are the outcomes of executed calls the messages report, as for `append_step`.
+        The standing rules decide the calls first, by the rules this process holds; the write
+        checks they are still the rules in force, so a pause costs no read of them.
         """
-        outcomes = await self.pause_outcomes(run_id, requests)
-        write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes)
-        write.messages = messages
-        write.results = _results(results)
-        await self.write_run(write)
+        for _ in range(5):  # the rules change rarely, and never five times while a run pauses
+            rule_set = await self.held_rules()
+            outcomes = await self.pause_outcomes(run_id, requests, rule_set)
+            write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes)
+            write.messages = messages
+            write.results = _results(results)
+            write.rules_revision = rule_set.revision
+            try:
+                await self.write_run(write)
+                return
+            except RulesChanged:
+                await self.rules_in_force()  # read them again, and decide the calls again
+        raise Conflict(f"Run {run_id!r}: the rules kept changing while it paused; it pauses at its next try")
 
     async def finish(
         self,

@@ -159,9 +159,15 @@ class PolicyEvaluation(StoreBase):
             await self._note_failures(outcome.failures)
         return outcome
 
-    async def pause_outcomes(self, run_id: str, requests: DeferredToolRequests) -> list[Outcome] | None:
-        """What the rules decide for the calls a worker's run pauses on; None when there are no rules."""
-        rule_set = await self.rules_in_force()
+    async def held_rules(self) -> RuleSet:
+        """The rules this process holds, read only the first time: a pause checks their revision in its write."""
+        return self._rule_set if self._rule_set is not None else await self.rules_in_force()
+
+    async def pause_outcomes(
+        self, run_id: str, requests: DeferredToolRequests, rule_set: RuleSet | None = None
+    ) -> list[Outcome] | None:
+        """What the rules (those in force, or `rule_set`) decide for the calls a run pauses on; None: no rules."""
+        rule_set = rule_set if rule_set is not None else await self.rules_in_force()
         if not len(rule_set):
             return None
         async with self.db.read() as session:

@@ -22,7 +22,7 @@ from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Approve, Deny
 from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
 from approvals.policy import InvalidRule, Kind, Remember, RememberScope, load_rules, parse_rule
-from approvals.store import Actor, Store
+from approvals.store import Actor, Database, Store
 from approvals.store.models import DecisionRow, PolicyRuleRow, ToolCallRow
 from approvals.worker.resumer import AgentRegistry, Resumer
 
@@ -366,3 +366,25 @@ async def test_a_stored_rule_that_no_longer_reads_asks_a_person_for_its_calls_an
     assert email.status == CallStatus.APPROVED  # the other rules still decide
     [broken] = [rule for rule in await store.list_rules() if rule.name == "refunds"]
     assert broken.last_error is not None and "no longer reads as a rule" in broken.last_error
+
+
+async def test_a_worker_pausing_by_rules_another_process_changed_decides_by_the_new_rules(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The worker holds the rules in memory and its pause checks their revision: a rule another process saved
+    since is read and applied before the run pauses."""
+    worker, admin = Store(Database(db_url)), Store(Database(db_url))
+    try:
+        first = await worker.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
+        await Resumer(worker, AgentRegistry([shop_agent])).resume(first)  # holds the (empty) rules from here on
+        assert {c.status for c in await worker.run_calls(first)} == {CallStatus.PENDING}
+        deny = parse_rule({"name": "no-deleting", "tool": "delete_*", "effect": "deny", "reason": "data team"})
+        await admin.save_rule(deny, actor=ADMIN)  # another process: the worker's store hears nothing of it
+        second = await worker.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
+        await Resumer(worker, AgentRegistry([shop_agent])).resume(second)
+        calls = {c.tool_name: c for c in await worker.run_calls(second)}
+        assert calls["delete_customer"].status == CallStatus.DENIED
+        assert calls["refund"].status == CallStatus.PENDING
+    finally:
+        await worker.db.dispose()
+        await admin.db.dispose()

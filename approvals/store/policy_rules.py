@@ -23,7 +23,6 @@ from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..calls import options as _options
 from ..calls.verdicts import Approve
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
@@ -352,16 +351,7 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
             raise UserError("Cannot remember: " + "; ".join(problems))
         call = await self.get_call(call_id)
         run = await self.get_run(call.run_id)
-        facts = (await self.review_facts([call_id]))[call_id]
-        options = _options.call_options(
-            actor,
-            call.status,
-            started_by=facts.started_by,
-            approvals_required=call.approvals_required,
-            digest=call.current_digest,
-            standing=facts.standing,
-            approver_groups=call.approver_groups,
-        )
+        options = (await self.review_facts([call_id]))[call_id].options(actor, call)
         if not options.may_approve:
             raise Forbidden(options.why_not_approve or "You may not approve this call")
         if call.approvals_required > 1:

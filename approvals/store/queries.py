@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, String, Text, and_, cast, exists, false, func, literal, or_, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from ..calls.options import reviewer_refusal
+from ..calls.options import CallOptions, call_options, reviewer_refusal
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..engines.native.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
@@ -51,6 +51,18 @@ class ReviewFacts:
     """Who started the call's run."""
     standing: dict[str, frozenset[str]]
     """Who holds a standing approval of the call (`DecisionRow.is_standing`), by the digest they approved."""
+
+    def options(self, actor: Actor, call: ToolCallRow) -> CallOptions:
+        """What `actor` may do with `call` by the rules of `call_options`, from the call and these facts."""
+        return call_options(
+            actor,
+            call.status,
+            started_by=self.started_by,
+            approvals_required=call.approvals_required,
+            digest=call.current_digest,
+            standing=self.standing,
+            approver_groups=call.approver_groups,
+        )
 
 
 @dataclass(frozen=True)

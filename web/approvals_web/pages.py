@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from approvals.calls.options import CallOptions, call_options, reviewer_refusal, run_options
+from approvals.calls.options import CallOptions, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.engines.base import EngineKind, get_engine
@@ -107,16 +107,7 @@ _NO_FACTS = ReviewFacts(started_by=None, standing={})
 
 def _options(actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> CallOptions:
     """What `actor` may do with `call`: the rules' answer, from the call and what the page read about it."""
-    facts = facts or _NO_FACTS
-    return call_options(
-        actor,
-        call.status,
-        started_by=facts.started_by,
-        approvals_required=call.approvals_required,
-        digest=call.current_digest,
-        standing=facts.standing,
-        approver_groups=call.approver_groups,
-    )
+    return (facts or _NO_FACTS).options(actor, call)
 
 
 _DEFINITIONS: dict[str, ToolDefinition] = {}

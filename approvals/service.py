@@ -50,8 +50,9 @@ class ApprovalService:
 
     async def start_run(self, agent_name: str, prompt: str, *, actor: Actor, deps: Any = None) -> str:
         """Queue a run of a registered agent; returns its id."""
-        self.registry.get(agent_name)  # NotFound for an agent this deployment does not know
-        return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps)
+        registered = self.registry.get(agent_name)  # NotFound for an agent this deployment does not know
+        engine = registered.engine.name if registered.engine is not None else "native"
+        return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps, engine=engine)
 
     def registered_tool(self, agent_name: str, tool_name: str) -> Tool[Any] | None:
         """The tool an agent registered in this process has under that name, if any."""

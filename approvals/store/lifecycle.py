@@ -167,9 +167,19 @@ class RunLifecycle(PolicyEvaluation):
     """Writes that move a run through its statuses."""
 
     async def start_run(
-        self, agent_name: str, prompt: str, *, actor: Actor, deps: Any = None, run_id: str | None = None
+        self,
+        agent_name: str,
+        prompt: str,
+        *,
+        actor: Actor,
+        deps: Any = None,
+        run_id: str | None = None,
+        engine: str = "native",
     ) -> str:
-        """Queue a new run; a worker (or `resume`) picks it up. Returns the run id."""
+        """Queue a new run; a worker (or `resume`) picks it up. Returns the run id.
+
+        `engine`: the engine of the agent (`pydantic_ai` for a pydantic-ai agent), which rules may match on.
+        """
         if not actor.can("reviewer"):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
         run_id = run_id or uuid.uuid4().hex
@@ -179,6 +189,7 @@ class RunLifecycle(PolicyEvaluation):
                 RunRow(
                     id=run_id,
                     agent_name=agent_name,
+                    engine=engine,
                     status=RunStatus.READY,
                     prompt=prompt,
                     deps=deps,

@@ -17,6 +17,7 @@ from pydantic_ai.conversation import Conversation
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.engines.pydantic_ai import PydanticAIAgent, SQLConversationStore
 from approvals.policy import parse_rule
+from approvals.service import ApprovalService
 from approvals.store import Actor, Store
 from approvals.worker.resumer import AgentRegistry, Resumer
 
@@ -87,3 +88,15 @@ async def test_a_chat_apps_saved_conversation_is_decided_by_the_rules_and_contin
     assert (run.engine, run.status, run.session_id) == ("pydantic_ai", RunStatus.READY, "c1")  # rules' `session`
     assert await Resumer(store, AgentRegistry([agents.shop])).resume() == run_id
     assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
+
+
+async def test_a_run_started_through_the_service_is_of_its_agents_engine_and_rules_on_it_match(
+    store: Store, tmp_path: Path
+) -> None:
+    await rule(store, name="pai-refunds", engine="pydantic_ai", tool="refund", effect="allow")
+    service = ApprovalService(store, AgentRegistry([agents.shop]))
+    run_id = await service.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    assert (await store.get_run(run_id)).engine == "pydantic_ai"
+    await service.resumer.resume(run_id)
+    (call,) = await store.run_calls(run_id)
+    assert (call.status, call.decided_by) == (CallStatus.APPROVED, "rule:pai-refunds")

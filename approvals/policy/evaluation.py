@@ -154,12 +154,14 @@ class RuleSet:
 
     rules: list[StoredRule] = field(default_factory=list)
     revision: int = 0
+    _count: int = field(default=0, init=False, repr=False)
     _by_tool: dict[str, list[_Compiled]] = field(default_factory=dict, init=False, repr=False)
     _any_tool: list[_Compiled] = field(default_factory=list, init=False, repr=False)
     _matching: dict[tuple[str, str, str], tuple[_Compiled, ...]] = field(default_factory=dict, init=False, repr=False)
     """The rules whose patterns take an engine, agent and tool, worked out at their first call."""
 
     def __post_init__(self) -> None:
+        self._count = sum(1 for rule in self.rules if not rule.deleted)
         for rule in self.rules:
             if rule.deleted:
                 continue
@@ -178,7 +180,8 @@ class RuleSet:
                     self._by_tool.setdefault(tool, []).append(compiled)
 
     def __len__(self) -> int:
-        return sum(1 for rule in self.rules if not rule.deleted)
+        """How many rules are in the set; asked before every call is decided, so counted once."""
+        return self._count
 
     def _candidates(self, engine: str, agent: str, tool: str) -> tuple[_Compiled, ...]:
         """The rules whose engine, agent and tool patterns take these names: the tool's own, and the globs that do.

@@ -90,7 +90,7 @@ def _string(text: str) -> str:
 
 def _field(name: str) -> str:
     """`args.name`, or `args["name"]` for a name CEL would read as something else (`in`, `null`, `a-b`)."""
-    return f"args.{name}" if _IDENTIFIER.match(name) and name not in _RESERVED else f"args[{_string(name)}]"
+    return f"args.{name}" if _IDENTIFIER.fullmatch(name) and name not in _RESERVED else f"args[{_string(name)}]"
 
 
 def pinned_condition(args: Mapping[str, Any], pinned: Sequence[str] | None) -> str:

@@ -127,7 +127,7 @@ class RuleSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        if not RULE_NAME.match(name):
+        if not RULE_NAME.fullmatch(name):  # not `match`: "$" also matches before a final newline
             raise ValueError("use 1 to 100 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
         return name
 
@@ -142,7 +142,7 @@ class RuleSpec(BaseModel):
     @field_validator("groups")
     @classmethod
     def _groups(cls, groups: list[str]) -> list[str]:
-        bad = [group for group in groups if not GROUP_NAME.match(group)]
+        bad = [group for group in groups if not GROUP_NAME.fullmatch(group)]
         if bad:
             raise ValueError(f"{bad[0]!r} is not a group name (letters, digits, '.', '_', '-')")
         return sorted(set(groups))

@@ -154,3 +154,9 @@ def test_a_remembered_rule_is_narrow_and_expires() -> None:
 def test_remember_for_a_positive_period_of_at_most_90_days(duration: dt.timedelta) -> None:
     assert Remember(RememberScope.AGENT, duration).problems() == ["remember for a positive period of at most 90 days"]
     assert Remember(RememberScope.AGENT, dt.timedelta(days=90)).problems() == []
+
+
+def test_a_name_ending_in_a_newline_is_read_by_its_key_not_as_a_field() -> None:
+    """Found by hypothesis: `re.match` with `$` took "A\\n" for an identifier, giving `args.A\\n`."""
+    args = {"A\n": None}
+    assert holds(pinned_condition(args, None), args)

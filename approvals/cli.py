@@ -21,12 +21,14 @@ import anyio
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .channels.webhooks import deliver_webhooks
+from .channels.outbound import deliver_outbound
 from .exceptions import ApprovalsError, UserError
 from .policy import Effect, InvalidRule, Kind, Outcome, RuleSpec, StoredRule, dump_rules, load_rules, rule_flags
 from .security import new_password
 from .store import SYSTEM, TOKEN_SCOPES, Database, DryRun, Store
 from .store.migrate import current_revision, head_revision, upgrade
+from .store.reviewer_identity import check_email
+from .worker.follow_ups import run_follow_ups
 from .worker.resumer import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_POLL_INTERVAL,
@@ -233,9 +235,18 @@ def worker(
     agents = ", ".join(registry.names)
     show_logs()
     typer.echo(f"approvals worker: agents {agents}; up to {concurrency} runs at once; waiting for ready runs")
-    urls = list(dict.fromkeys(settings.webhook_urls))
-    if urls:
-        typer.echo(f"approvals worker: delivering webhooks to {len(urls)} URL(s), shared with any other process")
+    outbound = settings.outbound()
+    channels = [
+        name
+        for name, on in (
+            (f"webhooks to {len(outbound.webhook_urls)} URL(s)", outbound.webhook_urls),
+            ("Slack", outbound.slack),
+            ("e-mail", outbound.smtp),
+        )
+        if on
+    ]
+    if channels:
+        typer.echo(f"approvals worker: delivering {', '.join(channels)}, shared with any other process")
 
     async def work(store: Store) -> None:
         stop = anyio.Event()  # set on SIGTERM/SIGINT by run_worker: the deliverer stops with it
@@ -249,19 +260,21 @@ def worker(
             stop=stop,
             handle_signals=True,
         )
-        if not urls:
-            return await resume()
         error: Exception | None = None
-        async with anyio.create_task_group() as group:  # one lease per URL: safe beside `serve` and other workers
-            Supervisor(group, stop).start(
-                "webhooks", lambda: deliver_webhooks(store, urls, stop, secret_for=settings.secret_for_webhook)
+        async with anyio.create_task_group() as group:  # one lease per destination: safe beside `serve` and workers
+            supervisor = Supervisor(group, stop)
+            if outbound.any_channel:
+                supervisor.start("outbound", lambda: deliver_outbound(store, outbound, stop))
+            supervisor.start(  # reminders and escalation: once per call and step, whichever process finds it
+                "follow-ups",
+                lambda: run_follow_ups(store, outbound.follow_ups, stop, interval=settings.follow_up_interval),
             )
             try:
                 await resume()
             except Exception as exc:  # raised below as itself (one clear line), not in an exception group
                 error = exc
             finally:
-                stop.set()  # the deliverer hands its URLs back, then the group ends
+                stop.set()  # the deliverer hands its destinations back, then the group ends
         if error is not None:
             raise error
 
@@ -302,18 +315,33 @@ def users_add(
         list[str] | None,
         typer.Option("--group", help="A group the user is in (repeatable): calls a rule routes to it ask its members."),
     ] = None,
+    email: Annotated[
+        str | None, typer.Option(help="Where calls routed to the user are mailed (with e-mail turned on).")
+    ] = None,
     database_url: DatabaseOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Add a reviewer account."""
     settings = settings_for(config, database_url)
     secret = None if sso_only else (password or new_password())
-    user = with_store(
-        settings.database_url,
-        lambda store: store.create_user(username, secret, role=role, actor=SYSTEM, groups=group or None),
-    )
+    if email is not None:
+        try:
+            email = check_email(email)  # refused before the user is added, so a bad address adds nothing
+        except UserError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--email") from None
+
+    async def add(store: Store) -> Any:
+        user = await store.create_user(username, secret, role=role, actor=SYSTEM, groups=group or None)
+        if email is not None:
+            user = await store.set_user_contact(username, actor=SYSTEM, email=email)
+        return user
+
+    user = with_store(settings.database_url, add)
     groups = f", groups {', '.join(user.groups)}" if user.groups else ""
-    typer.echo(f"added {username} ({role}{groups})" + (f"; password: {secret}" if secret and not password else ""))
+    mail = f", {user.email}" if user.email else ""
+    typer.echo(
+        f"added {username} ({role}{groups}{mail})" + (f"; password: {secret}" if secret and not password else "")
+    )
 
 
 @users_app.command("list")
@@ -322,7 +350,41 @@ def users_list(database_url: DatabaseOption = None, config: ConfigOption = None)
     settings = settings_for(config, database_url)
     for user in with_store(settings.database_url, lambda store: store.list_users()):
         state = "disabled" if user.disabled else "active"
-        typer.echo(f"{user.username:<24} {user.role:<9} {state:<9} {','.join(user.groups or ()) or '-'}")
+        groups = ",".join(user.groups or ()) or "-"
+        typer.echo(f"{user.username:<24} {user.role:<9} {state:<9} {groups:<24} {user.email or '-'}")
+
+
+@users_app.command("contact")
+def users_contact(
+    username: str,
+    email: Annotated[
+        str | None,
+        typer.Option(help="The user's e-mail address ('' to remove): calls routed to them are mailed there."),
+    ] = None,
+    slack_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The user's Slack member id, e.g. U024BE7LH ('' to unlink): their clicks in Slack are theirs."
+        ),
+    ] = None,
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show a user's e-mail and Slack link, or set them."""
+    settings = settings_for(config, database_url)
+    changes: dict[str, Any] = {}
+    if email is not None:
+        changes["email"] = email or None
+    if slack_id is not None:
+        changes["slack_user_id"] = slack_id or None
+
+    async def contact(store: Store) -> Any:
+        if not changes:
+            return await store.get_user(username)
+        return await store.set_user_contact(username, actor=SYSTEM, **changes)
+
+    user = with_store(settings.database_url, contact)
+    typer.echo(f"{username}: e-mail {user.email or 'none'}; Slack {user.slack_user_id or 'not linked'}")
 
 
 @users_app.command("groups")

@@ -378,10 +378,10 @@ def test_users_groups_shown_set_added_and_removed(db: str) -> None:
     assert run(db, "users", "groups", "finn", "--set", "") == (0, "finn: no groups\n")
     assert not groups_of(db, "finn")
     code, out = run(db, "users", "list")
-    assert code == 0 and out.split() == ["finn", "reviewer", "active", "-"]
+    assert code == 0 and out.split() == ["finn", "reviewer", "active", "-", "-"]
     assert run(db, "users", "groups", "finn", "--add", "a", "--add", "b")[0] == 0
     code, out = run(db, "users", "list")
-    assert out.split() == ["finn", "reviewer", "active", "a,b"]
+    assert out.split() == ["finn", "reviewer", "active", "a,b", "-"]
 
 
 def test_users_groups_errors_are_clear_and_change_nothing(db: str) -> None:

@@ -13,14 +13,18 @@ from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
 from .calls import CallOps
+from .channel_messages import ChannelMessageOps
 from .conversations import ConversationOps
 from .db import Database, normalize_url
+from .email_links import EmailLinkOps
+from .follow_ups import FollowUpOps
 from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .paused_runs import PausedRun, PausedRunOps
 from .policy_rules import DryRun, DryRunRow, RuleOps
 from .queries import Page
+from .reviewer_identity import IdentityOps
 
 __all__ = (
     "PENDING_CHANNEL",
@@ -48,5 +52,17 @@ __all__ = (
 )
 
 
-class Store(RunLifecycle, CallOps, RuleOps, AccountOps, LoginOps, ConversationOps, PausedRunOps):
+class Store(
+    RunLifecycle,
+    CallOps,
+    RuleOps,
+    AccountOps,
+    IdentityOps,
+    ChannelMessageOps,
+    EmailLinkOps,
+    FollowUpOps,
+    LoginOps,
+    ConversationOps,
+    PausedRunOps,
+):
     """All store operations over one database."""

@@ -327,6 +327,10 @@ class UserRow(Base):
     groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    email: Mapped[str | None] = mapped_column(String(320), unique=True)
+    """Where calls routed to the user are mailed (lowercase); also maps a Slack user whose verified e-mail it is."""
+    slack_user_id: Mapped[str | None] = mapped_column(String(40), unique=True)
+    """The Slack member id (`U…`) linked to this user by an admin or by the user: their clicks in Slack are theirs."""
 
 
 class ApiTokenRow(Base):
@@ -480,3 +484,60 @@ class PolicyRuleRow(Base):
     last_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (UniqueConstraint("name", "version", name="uq_policy_rules_name_version"),)
+
+
+class ChannelMessageRow(Base):
+    """A message about a call sent to a reviewer channel (a Slack post, a mail): what to update once it is decided.
+
+    One row per call, channel, destination and purpose, so a delivery tried again after a
+    crash finds what it already sent instead of sending it twice.
+    """
+
+    __tablename__ = "channel_messages"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"))
+    channel: Mapped[str] = mapped_column(String(20))
+    """`slack` or `email`."""
+    destination: Mapped[str] = mapped_column(String(320))
+    """A Slack conversation id (`C…`, `U…`) or an e-mail address."""
+    purpose: Mapped[str] = mapped_column(String(20))
+    """`pending`, `reminder` or `escalation`."""
+    ref: Mapped[str | None] = mapped_column(String(200))
+    """What names the sent message there: a Slack message's `ts`, a mail's Message-ID."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("call_id", "channel", "destination", "purpose", name="uq_channel_messages_once"),
+    )
+
+
+class EmailLinkRow(Base):
+    """A single-use link in a mail: decides one call one way, as one recipient, for the arguments the mail showed."""
+
+    __tablename__ = "email_links"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the link's token: the token itself is only in the mail."""
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"))
+    username: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(20))
+    """`approve` or `deny`."""
+    args_digest: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (Index("ix_email_links_call_id", "call_id"),)
+
+
+class CallFollowUpRow(Base):
+    """A reminder or an escalation that was made for a call: the primary key makes each happen once, in any process."""
+
+    __tablename__ = "call_follow_ups"
+
+    call_id: Mapped[str] = mapped_column(ForeignKey("tool_calls.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[str] = mapped_column(String(20), primary_key=True)
+    """`remind` or `escalate`."""
+    done_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)

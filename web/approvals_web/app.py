@@ -22,10 +22,11 @@ from approvals.service import ApprovalService
 from approvals.store import PENDING_CHANNEL, RUNS_CHANNEL, Database, Store
 from approvals.store.errors import describe, is_transient
 from approvals.worker import DelivererHealth
+from approvals.worker.follow_ups import run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import api, docs, gate, health, login, pages, problems, rules, rules_api, users
+from . import api, docs, email_links, gate, health, login, pages, problems, rules, rules_api, slack, users
 from .auth import LoginRequired
 from .context import AppContext
 from .hardening import SecurityMiddleware, reject_nul_in_url
@@ -81,11 +82,16 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
                         ),
                     )
                 app.state.deliverer_health = None
-                if settings.webhook_urls:  # the core's durable deliverer; `approvals worker` runs it too
+                if settings.outbound().any_channel:  # the core's durable deliverer; `approvals worker` runs it too
                     from .webhooks import deliver_webhooks
 
                     deliverer_health = app.state.deliverer_health = DelivererHealth()
                     supervisor.start("webhooks", lambda: deliver_webhooks(context, stop, health=deliverer_health))
+                follow_up_defaults = settings.outbound().follow_ups
+                supervisor.start(  # reminders and escalation: once per call and step, whichever process finds it
+                    "follow-ups",
+                    lambda: run_follow_ups(store, follow_up_defaults, stop, interval=settings.follow_up_interval),
+                )
                 yield
                 stop.set()
         finally:
@@ -119,6 +125,8 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(rules_api.router)
     app.include_router(rules.router)
     app.include_router(users.router)
+    app.include_router(slack.router)
+    app.include_router(email_links.router)
     app.include_router(pages.router)
     _install_error_handlers(app)
     return app

@@ -14,16 +14,27 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.engines.native.messages import ModelMessage
 from approvals.engines.native.tools import ToolDefinition
+from approvals.exceptions import UserError
 from approvals.policy import MAX_REMEMBER, RememberScope, parse_duration
 from approvals.policy.rules import GROUP_NAME
 from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.reviewer_identity import check_email, check_slack_user_id
 
 
 def check_text(value: str) -> str:
@@ -191,6 +202,33 @@ class UserGroups(Strict):
     """A user's groups: which routed calls they may approve."""
 
     groups: Annotated[list[GroupName], Field(max_length=100)]
+
+
+def _as_field_error(check: Callable[[str], str], value: str | None) -> str | None:
+    """`check`'s cleaned value (None for empty), its `UserError` as the `ValueError` pydantic reports."""
+    if not value:
+        return None
+    try:
+        return check(value)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class UserContact(Strict):
+    """A user's e-mail address and Slack member id; a field left out stays as it is, null removes it."""
+
+    email: Annotated[str | None, Field(max_length=320)] = None
+    slack_user_id: Annotated[str | None, Field(max_length=40, description="e.g. U024BE7LH")] = None
+
+    @field_validator("email")
+    @classmethod
+    def _email(cls, email: str | None) -> str | None:
+        return _as_field_error(check_email, email)  # the store's rule; a refusal is a 422 like any bad field
+
+    @field_validator("slack_user_id")
+    @classmethod
+    def _slack_user_id(cls, slack_user_id: str | None) -> str | None:
+        return _as_field_error(check_slack_user_id, slack_user_id)
 
 
 class Resume(Strict):
@@ -387,6 +425,10 @@ class UserOut(FromRow):
     groups: Annotated[list[str], BeforeValidator(lambda groups: groups or [])]
     disabled: bool
     created_at: dt.datetime
+    email: str | None = None
+    """Where calls routed to the user are mailed."""
+    slack_user_id: str | None = None
+    """The Slack member id whose clicks in Slack decide as this user."""
 
 
 class UserList(BaseModel):

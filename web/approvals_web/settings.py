@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import secrets
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from approvals.channels.settings import (
+    DEFAULT_SLACK_API_URL,
+    FollowUpDefaults,
+    OutboundSettings,
+    SlackSettings,
+    SmtpSettings,
+)
 from approvals.channels.webhooks import webhook_site
+from approvals.policy.rules import parse_duration
 from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
+
+Duration = Annotated[float | None, BeforeValidator(parse_duration)]
+"""Seconds, or a text such as 30m, 4h, 2d; empty: off."""
 
 
 class Settings(BaseSettings):
@@ -67,4 +79,86 @@ class Settings(BaseSettings):
     gate_max_wait: float = Field(default=600.0, ge=0)
     """The longest a gate request or hook is held open waiting for a decision; longer waits are cut to it."""
     public_url: str | None = None
-    """Where reviewers reach the app (`https://approvals.example.com`): links to calls in hook answers use it."""
+    """Where reviewers reach the app (`https://approvals.example.com`): links in hook answers, Slack and mail use it."""
+
+    slack_bot_token: str | None = Field(default=None, repr=False)
+    """A Slack app's bot token (`xoxb-…`): turns on Slack messages for pending calls."""
+    slack_signing_secret: str | None = Field(default=None, repr=False)
+    """The Slack app's signing secret: every button click and form Slack sends is checked with it."""
+    slack_channel: str | None = None
+    """Where calls go when no route names their group: a channel id (`C…`) or a member id (`U…`, a direct message)."""
+    slack_routes: dict[str, str] = Field(default_factory=dict)
+    """Group -> channel or member id (JSON object), e.g. {"finance": "C0FINANCE"}."""
+    slack_api_url: str = DEFAULT_SLACK_API_URL
+    """Slack's Web API; change it only to point at a test double."""
+
+    smtp_host: str | None = None
+    """The SMTP server reviewers' mail leaves through: turns on e-mail for pending calls."""
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str | None = None
+    smtp_password: str | None = Field(default=None, repr=False)
+    smtp_security: Literal["starttls", "tls", "none"] = "starttls"
+    """starttls (port 587), tls (port 465) or none (a relay on the same host only)."""
+    mail_from: str | None = None
+    """The From address of reviewers' mail, e.g. approvals@example.com."""
+    email_link_ttl: Duration = 24 * 3600.0
+    """How long a decision link in a mail works (never past the call's own expiry)."""
+
+    remind_before: Duration = 15 * 60.0
+    """Remind a call's reviewers this long before it expires, unless its rule says otherwise; empty: no reminders."""
+    escalate_after: Duration = 3600.0
+    """Escalate a call nobody decided after this long, unless its rule says otherwise; empty: no escalation."""
+    escalate_to: list[str] = Field(default_factory=list)
+    """Groups escalated to by default (JSON list); none: calls whose rule names none are not escalated."""
+    follow_up_interval: float = Field(default=15.0, gt=0)
+    """Seconds between looks for calls to remind or escalate."""
+
+    @model_validator(mode="after")
+    def _reviewer_channels_complete(self) -> Settings:
+        problems = []
+        if self.slack_bot_token and not self.slack_signing_secret:
+            problems.append("APPROVALS_SLACK_SIGNING_SECRET (Slack's clicks cannot be verified without it)")
+        if self.slack_bot_token and not (self.slack_channel or self.slack_routes):
+            problems.append("APPROVALS_SLACK_CHANNEL or APPROVALS_SLACK_ROUTES (where Slack messages go)")
+        if self.smtp_host and not self.mail_from:
+            problems.append("APPROVALS_MAIL_FROM (the From address of reviewers' mail)")
+        if (self.slack_bot_token or self.smtp_host) and not self.public_url:
+            problems.append("APPROVALS_PUBLIC_URL (Slack messages and mails link to the inbox)")
+        if problems:
+            raise ValueError("Slack or e-mail is turned on but incomplete: set " + "; ".join(problems))
+        return self
+
+    def outbound(self) -> OutboundSettings:
+        """Webhooks, Slack, e-mail and follow-ups as the core's channels take them."""
+        slack = None
+        if self.slack_bot_token and self.slack_signing_secret:
+            slack = SlackSettings(
+                bot_token=self.slack_bot_token,
+                signing_secret=self.slack_signing_secret,
+                channel=self.slack_channel,
+                routes=dict(self.slack_routes),
+                api_url=self.slack_api_url,
+            )
+        smtp = None
+        if self.smtp_host and self.mail_from:
+            smtp = SmtpSettings(
+                host=self.smtp_host,
+                sender=self.mail_from,
+                port=self.smtp_port,
+                username=self.smtp_username,
+                password=self.smtp_password,
+                security=self.smtp_security,
+                link_ttl=self.email_link_ttl or 24 * 3600.0,
+            )
+        return OutboundSettings(
+            public_url=self.public_url,
+            webhook_urls=tuple(self.webhook_urls),
+            webhook_secret_for=self.secret_for_webhook,
+            slack=slack,
+            smtp=smtp,
+            follow_ups=FollowUpDefaults(
+                remind_before=self.remind_before,
+                escalate_after=self.escalate_after,
+                escalate_to=tuple(self.escalate_to),
+            ),
+        )

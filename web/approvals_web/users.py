@@ -1,4 +1,4 @@
-"""Users and their groups, for admins: the users page and `/api/users` (`Store.set_user_groups`).
+"""Users, their groups and how to reach them, for admins: the users page and `/api/users`.
 
 A user's groups say which routed calls they may approve (`approvals.calls.options`): a rule
 that asks `finance` lets only finance's members approve. Group names follow the rules' own
@@ -15,14 +15,14 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Form, HTTPException, Path, Request
 from fastapi.responses import RedirectResponse, Response
 
-from approvals.exceptions import UserError
+from approvals.exceptions import Conflict, UserError
 from approvals.store import Actor
 from approvals.store.models import UserRow
 
 from .api import EVERY_ROUTE, authenticate_writes, errors
 from .auth import AdminAPI, AdminPage, ContextDep, verify_csrf
 from .context import AppContext
-from .schemas import Name, UserGroups, UserList, UserOut
+from .schemas import Name, UserContact, UserGroups, UserList, UserOut
 from .templating import render
 
 __all__ = ("router",)
@@ -60,10 +60,22 @@ class UserLine:
     """What the groups input holds: the stored groups, or what the admin typed."""
     error: str | None = None
     message: str | None = None
+    email_text: str = ""
+    """What the e-mail input holds: the stored address, or what the admin typed."""
+    slack_text: str = ""
+    contact_error: str | None = None
+    contact_message: str | None = None
 
 
-def _line(user: UserRow, message: str | None = None) -> UserLine:
-    return UserLine(user=user, groups_text=", ".join(user.groups or ()), message=message)
+def _line(user: UserRow, message: str | None = None, *, contact_message: str | None = None) -> UserLine:
+    return UserLine(
+        user=user,
+        groups_text=", ".join(user.groups or ()),
+        message=message,
+        email_text=user.email or "",
+        slack_text=user.slack_user_id or "",
+        contact_message=contact_message,
+    )
 
 
 def _is_htmx(request: Request) -> bool:
@@ -98,6 +110,30 @@ async def set_groups(
     return await _with_line(request, context, _line(user, message="Saved."))
 
 
+@pages.post("/users/{username}/contact")
+async def set_contact(
+    request: Request,
+    username: str,
+    actor: AdminPage,
+    context: ContextDep,
+    email: Annotated[str, Form()] = "",
+    slack_user_id: Annotated[str, Form()] = "",
+) -> Response:
+    """Set a user's e-mail and Slack member id (empty: none); a refused value comes back in the row as typed."""
+    try:
+        user = await context.store.set_user_contact(
+            username, actor=actor, email=email.strip() or None, slack_user_id=slack_user_id.strip() or None
+        )
+    except (UserError, Conflict) as exc:
+        current = await context.store.get_user(username)
+        line = _line(current)
+        line.email_text, line.slack_text, line.contact_error = email, slack_user_id, str(exc)
+        return await _with_line(request, context, line, status=422 if isinstance(exc, UserError) else 409)
+    if not _is_htmx(request):
+        return RedirectResponse("/users", status_code=303, headers={"Vary": "HX-Request"})
+    return await _with_line(request, context, _line(user, contact_message="Saved."))
+
+
 async def _with_line(request: Request, context: AppContext, line: UserLine, *, status: int = 200) -> Response:
     """The row alone for htmx; else the whole page with this row as it is."""
     if _is_htmx(request):
@@ -127,6 +163,23 @@ async def put_groups(
     username: Username, body: Annotated[UserGroups, Body()], actor: UserAdminAPI, context: ContextDep
 ) -> UserOut:
     return UserOut.model_validate(await context.store.set_user_groups(username, body.groups, actor=actor))
+
+
+@api.put(
+    "/users/{username}/contact",
+    summary="Set a user's e-mail and Slack member id (admin)",
+    description=(
+        "Calls routed to the user are mailed to `email` (with e-mail turned on); clicks in Slack by `slack_user_id` "
+        "decide as the user. A field left out stays as it is; null removes it. Each is unique to one user (409), and "
+        "the change is audited (`user.contact_changed`)."
+    ),
+    responses=errors(401, 403, 404, 409, 422),
+)
+async def put_contact(
+    username: Username, body: Annotated[UserContact, Body()], actor: UserAdminAPI, context: ContextDep
+) -> UserOut:
+    changes = body.model_dump(exclude_unset=True)
+    return UserOut.model_validate(await context.store.set_user_contact(username, actor=actor, **changes))
 
 
 router.include_router(pages)

@@ -1,4 +1,4 @@
-"""Webhooks from the app's settings: the URLs and their secrets (`APPROVALS_WEBHOOK_*`).
+"""Outbound channels from the app's settings: webhooks (`APPROVALS_WEBHOOK_*`), Slack and e-mail.
 
 Everything else is the core's: the webhook channel (events, bodies, signatures, one POST)
 is `approvals.channels.webhooks`, and delivery (a cursor and a lease per URL, backoff,
@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from approvals.channels import webhooks
+from approvals.channels.outbound import deliver_outbound
 
 from .context import AppContext
 
@@ -21,13 +21,10 @@ __all__ = ("deliver_webhooks",)
 
 
 async def deliver_webhooks(context: AppContext, stop: anyio.Event, **options: Any) -> None:
-    """Deliver the app's webhooks until `stop` is set, with `approvals.channels.webhooks.deliver_webhooks`'s options.
+    """Deliver the app's webhooks, Slack messages and mails until `stop` is set (`deliver_outbound`'s options).
 
     Its `task_status` is started once every URL has its cursor. The lease owner names this
     process and the app's store, so run one deliverer per app at a time (a restarted one
     takes its predecessor's leases back at once).
     """
-    settings = context.settings
-    await webhooks.deliver_webhooks(
-        context.store, settings.webhook_urls, stop, secret_for=settings.secret_for_webhook, **options
-    )
+    await deliver_outbound(context.store, context.settings.outbound(), stop, **options)

@@ -800,7 +800,7 @@ def _outcome_text(outcome: Outcome, *, named: bool) -> str:
 
 
 def _effect_text(spec: RuleSpec) -> str:
-    """An ask with its quorum, groups and time (`ask 2 finance 4h`); allow and deny as they are."""
+    """An ask with its quorum, groups, time and follow-ups (`ask 2 finance 4h remind 30m escalate 1h oncall`)."""
     if spec.effect is not Effect.ASK:
         return spec.effect.value
     parts = ["ask"]
@@ -810,6 +810,12 @@ def _effect_text(spec: RuleSpec) -> str:
         parts.append(",".join(spec.groups))
     if spec.ttl is not None:
         parts.append(_duration(spec.ttl))
+    if spec.remind_before is not None:
+        parts.append(f"remind {_duration(spec.remind_before)}" if spec.remind_before else "no-reminder")
+    if spec.escalate_after is not None:
+        parts.append(f"escalate {_duration(spec.escalate_after)}" if spec.escalate_after else "no-escalation")
+    if spec.escalate_to:
+        parts.append(("escalate " if spec.escalate_after is None else "") + ",".join(spec.escalate_to))
     return " ".join(parts)
 
 

@@ -410,3 +410,20 @@ def test_a_file_of_many_rules_applies_in_one_go_on_each_database(any_db: str, tm
     assert code == 0 and len(out.splitlines()) == 300
     code, out = run(any_db, "audit", "verify")
     assert code == 0 and out.startswith("audit log intact: 602 events"), out
+
+
+def test_rules_list_shows_an_ask_rules_reminder_and_escalation(db: str, tmp_path: Path) -> None:
+    rules = """
+rules:
+  - {name: paged, tool: refund, effect: ask, groups: [finance], remind_before: 30m, escalate_after: 2h,
+     escalate_to: [oncall]}
+  - {name: quiet, tool: delete_customer, effect: ask, remind_before: 0, escalate_after: 0}
+  - {name: plain, tool: send_email, effect: ask}
+"""
+    assert run(db, "rules", "apply", rules_file(tmp_path, rules))[0] == 0
+    code, out = run(db, "rules", "list")
+    assert code == 0, out
+    by_name = {row.split()[0]: row for row in out.splitlines()[1:]}
+    assert "ask 1 finance remind 30m escalate 2h oncall" in by_name["paged"]
+    assert "ask no-reminder no-escalation" in by_name["quiet"]
+    assert by_name["plain"].split()[1:3] == ["ask", "send_email"]

@@ -86,3 +86,12 @@ def test_readme_gate_curl_example_runs(tmp_path: Path) -> None:
         assert lines[1] == "approved {'order_id': 'A-1', 'amount': 250}"
         [call] = server.call(server.store.list_calls(status=None)).items
         assert call.status == "succeeded" and call.result == "refunded 250"
+
+
+def test_every_setting_is_in_the_readmes_configuration_table() -> None:
+    """A setting nobody can find is a setting nobody sets: each `Settings` field has its row."""
+    from approvals_web.settings import Settings
+
+    table = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in Settings.model_fields if f"`APPROVALS_{name.upper()}`" not in table]
+    assert missing == []

@@ -23,7 +23,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -31,17 +30,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import anyio
-import anyio.abc
-
-from ..worker.deliverer import Deliverer, DelivererHealth
 from .base import DeliveryFailed, DeliveryRefused
 from .webhook_signature import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook
 
 if TYPE_CHECKING:
     import httpx
 
-    from ..store import Store
     from ..store.models import AuditEventRow
 
 __all__ = (
@@ -50,15 +44,12 @@ __all__ = (
     "SendResult",
     "WebhookChannel",
     "WebhookEvent",
-    "deliver_webhooks",
     "endpoint_key",
     "event_for",
     "open_webhook_channels",
     "send_event",
     "webhook_site",
 )
-
-logger = logging.getLogger("approvals.webhooks")
 
 EVENTS = {
     "call.requested": "call.pending",
@@ -206,47 +197,3 @@ async def open_webhook_channels(
 
     async with httpx.AsyncClient(timeout=request_timeout, follow_redirects=False) as client:
         yield [WebhookChannel(url, secret_for(url), client) for url in dict.fromkeys(urls)]
-
-
-async def deliver_webhooks(
-    store: Store,
-    urls: Sequence[str],
-    stop: anyio.Event,
-    *,
-    secret_for: Callable[[str], str | None],
-    backoff: float = 1.0,
-    max_backoff: float = 300.0,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    poll_interval: float = 5.0,
-    lease_seconds: float = 30.0,
-    shutdown_grace: float = 2.0,
-    owner: str | None = None,
-    health: DelivererHealth | None = None,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Deliver webhooks to `urls` until `stop` is set; `task_status` is started once every URL has its cursor.
-
-    A POST is cut off after `request_timeout` (which must be under half of `lease_seconds`,
-    how long another process waits to take over the URLs of one that died). On `stop`, a
-    POST under way gets `shutdown_grace` seconds to finish before the URLs are handed back.
-    """
-    if not urls:
-        task_status.started()
-        return
-    for url in dict.fromkeys(urls):
-        if not secret_for(url):  # the app allows it with APPROVALS_WEBHOOK_ALLOW_UNSIGNED only
-            logger.warning("webhooks to %s are sent unsigned: its receiver cannot trust them", webhook_site(url))
-    async with open_webhook_channels(urls, secret_for, request_timeout=request_timeout) as channels:
-        deliverer = Deliverer(
-            store,
-            channels,
-            owner=owner,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            attempt_timeout=request_timeout,
-            poll_interval=poll_interval,
-            lease_seconds=lease_seconds,
-            shutdown_grace=shutdown_grace,
-            health=health,
-        )
-        await deliverer.run(stop, task_status=task_status)

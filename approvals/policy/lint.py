@@ -1,7 +1,8 @@
 """Rules that can never decide a call, flagged for the admin who wrote them.
 
 A rule can never match when its condition is constant `false`, when it expired, or when
-it asks groups nobody belongs to (its calls could only expire). A rule is shadowed when
+it asks groups nobody belongs to (its calls could only expire); an escalation to groups
+nobody belongs to tells nobody. A rule is shadowed when
 another rule takes every call it takes, with no condition of its own, and wins by
 precedence (deny over ask over allow): the shadowed rule can never be the one that decides.
 """
@@ -46,6 +47,9 @@ def _never_matches(spec: RuleSpec, now: dt.datetime, groups_with_members: Collec
     nobody = groups_with_members is not None and not set(spec.groups) & set(groups_with_members)
     if spec.effect is Effect.ASK and spec.groups and nobody:
         found.append(f"nobody can approve: no user is in {', '.join(spec.groups)}")
+    empty = sorted(set(spec.escalate_to or ()) - set(groups_with_members or ()))
+    if spec.effect is Effect.ASK and groups_with_members is not None and empty:
+        found.append(f"escalates to a group nobody is in: no user is in {', '.join(empty)}")
     return found
 
 

@@ -9,6 +9,10 @@ Precedence, as in Claude Code's permissions: **deny over ask over allow**. Among
 `ask` rules, the strictest decides (the most approvals, then the shortest time to decide,
 then the first name). A remembered rule (`Kind.REMEMBERED`) stands in for its author's one
 approval, so it decides only calls its author alone could approve (`evaluation`).
+
+An `ask` rule may also say how its calls are followed up while nobody decides them
+(`remind_before`, `escalate_after`, `escalate_to`; `follow_ups`): each given value replaces
+the deployment's default, and a duration of 0 turns that step off.
 """
 
 from __future__ import annotations
@@ -121,6 +125,16 @@ class RuleSpec(BaseModel):
     ttl: Annotated[float | None, BeforeValidator(parse_duration)] = Field(
         default=None, description="ask: seconds people have to decide"
     )
+    remind_before: Annotated[float | None, BeforeValidator(parse_duration)] = Field(
+        default=None,
+        description="ask: remind the reviewers this long before the call expires; 0: never; empty: default",
+    )
+    escalate_after: Annotated[float | None, BeforeValidator(parse_duration)] = Field(
+        default=None, description="ask: escalate a call nobody decided this long after it was asked; 0: never"
+    )
+    escalate_to: list[str] | None = Field(
+        default=None, description="ask: the groups escalated to (told, and allowed to approve); empty: the default"
+    )
     expires_at: dt.datetime | None = Field(default=None, description="when the rule stops applying")
     enabled: bool = True
 
@@ -142,10 +156,14 @@ class RuleSpec(BaseModel):
     @field_validator("groups")
     @classmethod
     def _groups(cls, groups: list[str]) -> list[str]:
-        bad = [group for group in groups if not GROUP_NAME.fullmatch(group)]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not a group name (letters, digits, '.', '_', '-')")
-        return sorted(set(groups))
+        return _group_names(groups)
+
+    @field_validator("escalate_to")
+    @classmethod
+    def _escalation_groups(cls, groups: list[str] | None) -> list[str] | None:
+        if groups is not None and not groups:
+            raise ValueError("name at least one group; to turn escalation off, set escalate_after: 0")
+        return None if groups is None else _group_names(groups)
 
     @field_validator("ttl")
     @classmethod
@@ -153,6 +171,13 @@ class RuleSpec(BaseModel):
         if ttl is not None and not 0 < ttl <= MAX_TTL:  # NaN too
             raise ValueError(f"give people a positive time to decide, at most {MAX_TTL / 86400:g}d")
         return ttl
+
+    @field_validator("remind_before", "escalate_after")
+    @classmethod
+    def _follow_up_delay(cls, seconds: float | None) -> float | None:
+        if seconds is not None and not 0 <= seconds <= MAX_TTL:  # NaN too
+            raise ValueError(f"give a time from 0 (never) to {MAX_TTL / 86400:g}d, e.g. 15m, 1h")
+        return seconds
 
     @field_validator("when")
     @classmethod
@@ -178,7 +203,14 @@ class RuleSpec(BaseModel):
         if self.effect is not Effect.ASK:
             extra = [
                 name
-                for name, value in (("approvals", self.approvals != 1), ("groups", self.groups), ("ttl", self.ttl))
+                for name, value in (
+                    ("approvals", self.approvals != 1),
+                    ("groups", self.groups),
+                    ("ttl", self.ttl),
+                    ("remind_before", self.remind_before is not None),
+                    ("escalate_after", self.escalate_after is not None),
+                    ("escalate_to", self.escalate_to is not None),
+                )
                 if value
             ]
             if extra:
@@ -197,6 +229,13 @@ class RuleSpec(BaseModel):
     def definition(self) -> dict[str, Any]:
         """The rule as stored and exported: JSON, with defaults left out so files stay short."""
         return self.model_dump(mode="json", exclude_defaults=True)
+
+
+def _group_names(groups: list[str]) -> list[str]:
+    bad = [group for group in groups if not GROUP_NAME.fullmatch(group)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a group name (letters, digits, '.', '_', '-')")
+    return sorted(set(groups))
 
 
 def _any_match(patterns: list[str], name: str) -> bool:

@@ -17,7 +17,8 @@ from sqlalchemy.exc import IntegrityError
 
 from ..calls.states import ROLE_RANK
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ._base import Actor, StoreBase
+from ._base import Actor
+from .accounts import AccountOps
 from .models import UserRow
 
 __all__ = ("IdentityOps", "actor_for", "check_email", "check_slack_user_id")
@@ -50,7 +51,7 @@ def actor_for(user: UserRow) -> Actor | None:
     return Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))
 
 
-class IdentityOps(StoreBase):
+class IdentityOps(AccountOps):
     """Users' outside identities and the reviewers a call is routed to."""
 
     async def set_user_contact(
@@ -70,7 +71,7 @@ class IdentityOps(StoreBase):
         if slack_user_id is not _UNSET:
             values["slack_user_id"] = check_slack_user_id(str(slack_user_id)) if slack_user_id else None
         if not values:
-            return await self.get_user_row(username)
+            return await self.get_user(username)
         try:
             async with self.transaction() as tx:
                 row = await tx.session.scalar(select(UserRow).where(UserRow.username == username).with_for_update())
@@ -86,13 +87,6 @@ class IdentityOps(StoreBase):
         except IntegrityError:
             taken = ", ".join(f"{key} {value!r}" for key, value in values.items() if value)
             raise Conflict(f"Another user already has {taken}") from None
-        return row
-
-    async def get_user_row(self, username: str) -> UserRow:
-        async with self.db.read() as session:
-            row = await session.scalar(select(UserRow).where(UserRow.username == username))
-        if row is None:
-            raise NotFound(f"No user {username!r}")
         return row
 
     async def user_by_email(self, email: str) -> UserRow | None:

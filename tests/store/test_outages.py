@@ -256,7 +256,8 @@ async def test_a_step_the_database_refuses_fails_the_run_once_with_its_reason(st
 
 def fill(path: Path) -> None:
     """Write zeros to `path` until the filesystem has no room left."""
-    with path.open("wb") as out, pytest.raises(OSError, match="No space left"):
+    # unbuffered: a buffered file would flush what the failed write left over again on close, and raise there
+    with path.open("wb", buffering=0) as out, pytest.raises(OSError, match="No space left"):
         _write_forever(out)
 
 

@@ -760,7 +760,7 @@ async def test_openapi_documents_every_api_route(web: WebApp) -> None:
         for method, op in ops.items()
         if not path.startswith("/api/hooks/")  # always 200: a CLI runs the tool when its hook fails
     ]
-    assert len(operations) == 30
+    assert len(operations) == 31
     for path, method, op in operations:
         name = f"{method.upper()} {path}"
         assert op.get("summary"), name

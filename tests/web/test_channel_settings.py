@@ -1,4 +1,4 @@
-"""Slack, e-mail and follow-up settings: an incomplete channel is refused at start-up with every missing setting named."""
+"""Slack, e-mail and follow-up settings: an incomplete channel is refused at start-up, naming what is missing."""
 
 from __future__ import annotations
 
@@ -66,3 +66,9 @@ def test_follow_up_defaults_take_durations_and_empty_turns_a_step_off(
 def test_a_bad_duration_is_refused_clearly() -> None:
     with pytest.raises(ValidationError, match="is not a duration"):
         settings(remind_before="soon")
+
+
+def test_default_escalation_groups_follow_the_rules_pattern() -> None:
+    assert settings(escalate_to=["oncall", "oncall", "ops"]).outbound().follow_ups.escalate_to == ("oncall", "ops")
+    with pytest.raises(ValidationError, match="is not a group name"):
+        settings(escalate_to=["on call"])

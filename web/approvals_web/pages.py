@@ -41,7 +41,7 @@ from . import forms, sse, views
 from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from .context import AppContext
 from .templating import render
-from .timeline import timeline
+from .timeline import follow_up_words, timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
 router.include_router(sse.router)
@@ -247,6 +247,8 @@ class Card:
     """Approve and remember: offered when the viewer may approve and one approval decides the call."""
     remembered: list[RememberedRule] = field(default_factory=list)
     """Remembered rules in force for calls like this one."""
+    follow_ups: list[str] = field(default_factory=list)
+    """Reminders and escalations made for the call, in words (a gate session's page has no timeline to tell them)."""
     session_label: str = "this run"
     form_errors: list[str] = field(default_factory=list)
     message: str | None = None
@@ -336,8 +338,16 @@ async def _call_page(
     history = as_approvals_messages(await context.store.load_history(call.run_id))
     decisions = await context.store.decisions_for_run(call.run_id)
     remembered = await context.store.remembered_rule_versions(views.rule_names(calls))
-    entries = timeline(history, calls, decisions, current=[call.id], remembered=remembered)
+    follow_ups = await context.store.follow_up_events(call.run_id)
+    entries = timeline(history, calls, decisions, current=[call.id], remembered=remembered, follow_ups=follow_ups)
     session = [] if run.session_id is None else [c for c in reversed(calls) if c.id != call.id]
+    if run.session_id is not None:  # no conversation on the page: the cards tell their own follow-ups
+        for card in cards:
+            card.follow_ups = [
+                words
+                for event in follow_ups
+                if event.subject_id == card.call.id and (words := follow_up_words(event)) is not None
+            ]
     return _page(
         request,
         "call.html",
@@ -581,7 +591,13 @@ async def _run_page(
         "run.html",
         {
             "run": run,
-            "entries": timeline(history, calls, decisions, remembered=remembered),
+            "entries": timeline(
+                history,
+                calls,
+                decisions,
+                remembered=remembered,
+                follow_ups=await context.store.follow_up_events(run_id),
+            ),
             "waiting": [c for c in calls if c.is_open],
             "output": views.as_text(run.output) if run.output is not None else None,
             "asked_nobody": run.status == RunStatus.COMPLETED and not calls,

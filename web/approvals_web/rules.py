@@ -109,10 +109,13 @@ FORM_FIELDS = (
     "approvals",
     "groups",
     "ttl",
+    "remind_before",
+    "escalate_after",
+    "escalate_to",
     "expires_at",
     "enabled",
 )
-_LIST_FIELDS = frozenset({"engine", "agent", "tool", "groups"})
+_LIST_FIELDS = frozenset({"engine", "agent", "tool", "groups", "escalate_to"})
 NEW_RULE = {"effect": "ask", "engine": "*", "agent": "*", "tool": "*", "approvals": "1", "enabled": "true"}
 """What the form for a new rule starts with."""
 
@@ -147,6 +150,9 @@ def form_values(spec: RuleSpec) -> dict[str, str]:
         "approvals": str(spec.approvals),
         "groups": ", ".join(spec.groups),
         "ttl": duration_text(spec.ttl),
+        "remind_before": duration_text(spec.remind_before),
+        "escalate_after": duration_text(spec.escalate_after),
+        "escalate_to": ", ".join(spec.escalate_to or ()),
         "expires_at": spec.expires_at.isoformat() if spec.expires_at else "",
         "enabled": "true" if spec.enabled else "",
     }

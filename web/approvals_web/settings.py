@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from approvals.channels.settings import (
@@ -16,7 +16,9 @@ from approvals.channels.settings import (
     SmtpSettings,
 )
 from approvals.channels.webhooks import webhook_site
+from approvals.exceptions import UserError
 from approvals.policy.rules import parse_duration
+from approvals.store.accounts import check_groups
 from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
 Duration = Annotated[float | None, BeforeValidator(parse_duration)]
@@ -112,6 +114,14 @@ class Settings(BaseSettings):
     """Groups escalated to by default (JSON list); none: calls whose rule names none are not escalated."""
     follow_up_interval: float = Field(default=15.0, gt=0)
     """Seconds between looks for calls to remind or escalate."""
+
+    @field_validator("escalate_to")
+    @classmethod
+    def _escalation_groups(cls, groups: list[str]) -> list[str]:
+        try:
+            return check_groups(groups)  # the rules' own pattern: a default may name any group a rule may
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _reviewer_channels_complete(self) -> Settings:

@@ -3,7 +3,8 @@
 The stored history is what the model saw; the timeline joins each tool call in it to the
 approval-gated call it became and that call's decisions, so the page tells one story. A
 gate's session stores no history: its calls are the story, in the order they were asked.
-A call a rule decided says so ("approved by rule small-refunds, version 3").
+A call a rule decided says so ("approved by rule small-refunds, version 3"); a call reminded or
+escalated while it waited says that too (`follow_up_words`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from approvals.engines.native.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.store.models import AuditEventRow, DecisionRow, ToolCallRow
 
 from .views import RuleMention, as_text, decided_by_rule
 
@@ -52,6 +53,8 @@ class TimelineEntry:
     """The rule that approved or denied the call, when no person did."""
     asked_from_elsewhere: bool = False
     """A call the history does not hold: a gate's caller asked it, no model here made it."""
+    follow_ups: list[str] = field(default_factory=list)
+    """The call's reminders and escalations while it waited, in words, oldest first."""
 
 
 def timeline(
@@ -61,11 +64,13 @@ def timeline(
     *,
     current: Sequence[str] = (),
     remembered: Collection[tuple[str, int]] = (),
+    follow_ups: Sequence[AuditEventRow] = (),
 ) -> list[TimelineEntry]:
     """The history as entries; tool calls are joined to their gated calls and decisions.
 
     Calls the history does not hold (a gate's, asked from elsewhere) follow it, oldest first.
     `remembered`: the (rule, version) pairs that approve-and-remember made, so their decisions say so.
+    `follow_ups`: the run's `call.reminded` and `call.escalated` events, told with their calls.
     """
     by_tool_call = {call.tool_call_id: call for call in calls}
     by_call: dict[str, list[DecisionRow]] = {}
@@ -117,7 +122,35 @@ def timeline(
                 asked_from_elsewhere=True,
             )
         )
+    told: dict[str, list[str]] = {}
+    for event in follow_ups:
+        if (words := follow_up_words(event)) is not None:
+            told.setdefault(event.subject_id, []).append(words)
+    for entry in entries:
+        if entry.call is not None:
+            entry.follow_ups = told.get(entry.call.id, [])
     return entries
+
+
+def follow_up_words(event: AuditEventRow) -> str | None:
+    """A `call.reminded` or `call.escalated` event as a sentence; None for any other event."""
+    details = event.details if isinstance(event.details, dict) else {}
+    groups = [str(group) for group in details.get("groups") or ()]
+    at = _clock(event.at)
+    if event.action == "call.reminded":
+        who = f"its reviewers in {', '.join(groups)}" if groups else "its reviewers"
+        expires = details.get("expires_at")
+        when = f": it expires at {_clock(dt.datetime.fromisoformat(expires))}" if isinstance(expires, str) else ""
+        return f"Nobody had decided it, so {who} were reminded at {at}{when}."
+    if event.action == "call.escalated":
+        told = ", ".join(groups) or "nobody"
+        widened = " who may now approve it too" if details.get("approver_groups") else ""
+        return f"Nobody had decided it, so it was escalated at {at} to {told}{widened}."
+    return None
+
+
+def _clock(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _request_entry(

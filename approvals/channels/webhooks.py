@@ -53,12 +53,15 @@ __all__ = (
 
 EVENTS = {
     "call.requested": "call.pending",
+    "call.reminded": "call.reminded",
+    "call.escalated": "call.escalated",
     "call.outcome_unknown": "call.outcome_unknown",
     "run.completed": "run.completed",
     "run.failed": "run.failed",
     "run.cancelled": "run.cancelled",
 }
-"""Audit actions that make a webhook event, and the event's name: calls that wait for a person, runs that end."""
+"""Audit actions that make a webhook event, and the event's name: calls that wait for a person (asked, reminded,
+escalated), runs that end."""
 _RETRY_STATUSES = frozenset({408, 429})
 DEFAULT_REQUEST_TIMEOUT = 10.0
 """Seconds a POST may take (connect, send, answer) before it is given up and tried again later."""
@@ -85,6 +88,14 @@ def event_for(row: AuditEventRow) -> WebhookEvent | None:
     if name == "call.pending":
         payload.update(
             call_id=row.subject_id, tool=row.tool_name, args=details.get("args"), args_digest=details.get("args_digest")
+        )
+    elif name in ("call.reminded", "call.escalated"):
+        # nobody decided yet: a reminder before it expires, or an escalation to more groups (who may now approve)
+        payload.update(
+            call_id=row.subject_id,
+            tool=row.tool_name,
+            groups=details.get("groups") or [],
+            expires_at=details.get("expires_at"),
         )
     elif name == "call.outcome_unknown":
         # a worker died (reason) or the run failed (error) while the call ran: a person must say what happened

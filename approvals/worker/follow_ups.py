@@ -29,9 +29,23 @@ from ..store import Store
 from ..store.errors import describe, is_transient
 from ..store.follow_ups import OpenCall
 
-__all__ = ("FollowUpScan", "Plans", "run_follow_ups", "scan_follow_ups")
+__all__ = ("FollowUpHealth", "FollowUpScan", "Plans", "run_follow_ups", "scan_follow_ups")
 
 logger = logging.getLogger("approvals.follow_ups")
+
+
+@dataclass
+class FollowUpHealth:
+    """How this process's scanner is doing, for `/readyz`: when it last got through, and what it made."""
+
+    last_scan: dt.datetime | None = None
+    reminded: int = 0
+    escalated: int = 0
+    outage: bool = False
+
+    def summary(self) -> dict[str, object]:
+        last = self.last_scan.isoformat() if self.last_scan is not None else None
+        return {"last_scan": last, "reminded": self.reminded, "escalated": self.escalated, "outage": self.outage}
 
 
 @dataclass(frozen=True)
@@ -144,9 +158,11 @@ async def run_follow_ups(
     stop: anyio.Event,
     *,
     interval: float = 15.0,
+    health: FollowUpHealth | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Remind and escalate due calls every `interval` seconds until `stop` is set."""
+    """Remind and escalate due calls every `interval` seconds until `stop` is set (`health` says how it goes)."""
+    health = health if health is not None else FollowUpHealth()
     plans = Plans(defaults)
     outage = Outage("looking for calls to remind or escalate", logger, first_delay=min(0.25, interval))
     task_status.started()
@@ -155,12 +171,16 @@ async def run_follow_ups(
         try:
             scan = await scan_follow_ups(store, plans)
             outage.succeeded()
+            health.last_scan, health.outage = dt.datetime.now(dt.UTC), False
+            health.reminded += len(scan.reminded)
+            health.escalated += len(scan.escalated)
             if scan.reminded or scan.escalated:
                 logger.info("reminded %d and escalated %d call(s)", len(scan.reminded), len(scan.escalated))
         except Exception as exc:
             if not is_transient(exc):
                 logger.exception("looking for calls to remind or escalate failed unexpectedly")
             else:
+                health.outage = True
                 wait = outage.failed(describe(exc))
         with anyio.move_on_after(wait):
             await stop.wait()

@@ -26,6 +26,13 @@ async def test_healthz_answers_and_readyz_says_what_is_ready(web: WebApp) -> Non
     body = ready.json()
     assert body["status"] == "ready" and body["database"] == {"reachable": True}
     assert "worker" not in body, "this app runs no worker"
+    assert body["background"]["follow-ups"]["state"] == "running"
+    with anyio.fail_after(10):  # the reminders' scanner scans once at start, then every interval
+        while (scanner := body["follow_ups"])["last_scan"] is None:
+            await anyio.sleep(0.05)
+            async with web.client() as client:
+                body = (await client.get("/readyz")).json()
+    assert scanner["outage"] is False and (scanner["reminded"], scanner["escalated"]) == (0, 0)
 
 
 async def test_while_postgresql_is_down_clients_get_503_and_readyz_says_not_ready() -> None:

@@ -50,6 +50,8 @@ async def test_a_member_links_their_account_and_then_decides_as_themselves(
     page = await client.get(path)
     assert page.status_code == 200
     assert NOBODY in page.text and "bob" in page.text and "T0FAKETEAM" in page.text
+    assert "<strong>Nobody</strong>" in page.text  # the member's name in Slack: whose account is linked
+    assert "If someone sent you this link, do not link it." in page.text
     form_csrf = CSRF_FIELD.search(page.text)
     assert form_csrf is not None
     token = path.split("token=", 1)[1]

@@ -30,7 +30,9 @@ from sqlalchemy.exc import OperationalError
 from approvals.calls.verdicts import Approve, Deny
 from approvals.channels.webhook_signature import verify_webhook
 from approvals.channels.webhooks import endpoint_key
+from approvals.policy.follow_ups import Step
 from approvals.store import SYSTEM, Actor, Database, Store
+from approvals.store._writes import utcnow
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 from approvals.worker.resumer import AgentRegistry
@@ -656,3 +658,20 @@ async def test_readyz_reports_webhook_delivery_and_a_failing_receiver_leaves_the
     assert body["deliverer"]["destinations"] == 1 and body["deliverer"]["states"] == {"retrying": 1}
     assert body["background"]["webhooks"]["state"] == "running"
     assert "127.0.0.1" not in ready.text and "503" not in ready.text  # no sites, no error texts
+
+
+async def test_reminders_and_escalations_are_webhook_events_too(
+    web: WebApp, tmp_path: Path, receiver: Receiver
+) -> None:
+    """An on-call pager can follow calls nobody decides: `call.reminded`, then `call.escalated` with its groups."""
+    async with delivering(web, [receiver.url], backoff=0.05):
+        run_id = await paused_run(web, tmp_path, agent="mailer")
+        [call] = await web.store.run_calls(run_id)
+        await eventually(lambda: len(receiver.accepted) == 1)
+        assert await web.store.follow_up(call.id, Step.REMIND, due_at=utcnow())
+        assert await web.store.follow_up(call.id, Step.ESCALATE, due_at=utcnow(), groups=["oncall"])
+        await eventually(lambda: len(receiver.accepted) == 3)
+    reminded, escalated = receiver.events()[1:]
+    assert (reminded["event"], reminded["call_id"], reminded["tool"]) == ("call.reminded", call.id, call.tool_name)
+    assert (escalated["event"], escalated["call_id"], escalated["groups"]) == ("call.escalated", call.id, ["oncall"])
+    assert all(d.signed for d in receiver.attempts)

@@ -22,7 +22,7 @@ from approvals.service import ApprovalService
 from approvals.store import PENDING_CHANNEL, RUNS_CHANNEL, Database, Store
 from approvals.store.errors import describe, is_transient
 from approvals.worker import DelivererHealth
-from approvals.worker.follow_ups import run_follow_ups
+from approvals.worker.follow_ups import FollowUpHealth, run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
@@ -88,9 +88,16 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
                     deliverer_health = app.state.deliverer_health = DelivererHealth()
                     supervisor.start("webhooks", lambda: deliver_webhooks(context, stop, health=deliverer_health))
                 follow_up_defaults = settings.outbound().follow_ups
+                follow_up_health = app.state.follow_up_health = FollowUpHealth()
                 supervisor.start(  # reminders and escalation: once per call and step, whichever process finds it
                     "follow-ups",
-                    lambda: run_follow_ups(store, follow_up_defaults, stop, interval=settings.follow_up_interval),
+                    lambda: run_follow_ups(
+                        store,
+                        follow_up_defaults,
+                        stop,
+                        interval=settings.follow_up_interval,
+                        health=follow_up_health,
+                    ),
                 )
                 yield
                 stop.set()

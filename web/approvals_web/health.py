@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from approvals.worker import DelivererHealth
+from approvals.worker.follow_ups import FollowUpHealth
 
 from .auth import ContextDep
 
@@ -37,8 +38,8 @@ async def healthz() -> dict[str, str]:
 async def readyz(context: ContextDep, request: Request) -> JSONResponse:
     """The database answers, and the worker (when this process runs one) is alive and reaching it.
 
-    Webhook delivery (when configured) is reported but does not make the app unready: a
-    receiver that is down is no reason to send reviewers elsewhere.
+    Outbound delivery (webhooks, Slack, e-mail) and the reminders' scanner are reported but do
+    not make the app unready: a receiver that is down is no reason to send reviewers elsewhere.
     """
     database_ok = True
     try:
@@ -66,6 +67,9 @@ async def readyz(context: ContextDep, request: Request) -> JSONResponse:
     deliverer = getattr(request.app.state, "deliverer_health", None)
     if isinstance(deliverer, DelivererHealth):
         body["deliverer"] = deliverer.summary()
+    follow_ups = getattr(request.app.state, "follow_up_health", None)
+    if isinstance(follow_ups, FollowUpHealth):
+        body["follow_ups"] = follow_ups.summary()
     body["background"] = {
         name: {"state": task.state, "restarts": task.restarts, "last_failure_at": _iso(task.last_failure_at)}
         for name, task in context.supervisor.tasks.items()

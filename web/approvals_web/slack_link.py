@@ -2,8 +2,9 @@
 
 The link carries a token (`slack_people.link_token`) naming the Slack member and workspace,
 signed with the app's secret key and valid for an hour. Logged in to the inbox, the person
-sees what will be linked and confirms with a POST (CSRF-protected like every form); their
-clicks in Slack are theirs from then on. A bad or expired token gets a page saying so, and
+sees what will be linked (the member's name in Slack, and a warning: whoever sent them a link
+would decide as them) and confirms with a POST (CSRF-protected like every form); their clicks
+in Slack are theirs from then on. A bad or expired token gets a page saying so, and
 nothing is linked.
 """
 
@@ -14,9 +15,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
+from approvals.channels.slack_api import SlackApi, SlackCallFailed
 from approvals.exceptions import Conflict, UserError
 
 from .auth import ContextDep, ViewerPage, verify_csrf
+from .context import AppContext
 from .slack_people import LinkRequest, read_link_token
 from .templating import render
 
@@ -45,8 +48,28 @@ async def link_page(request: Request, actor: ViewerPage, context: ContextDep, to
     return render(
         request,
         "slack_link.html",
-        {"link": found, "token": token, "current": user.slack_user_id, "username": actor.id},
+        {
+            "link": found,
+            "token": token,
+            "current": user.slack_user_id,
+            "username": actor.id,
+            "slack_name": await _slack_name(context, found.slack_user_id),
+        },
     )
+
+
+async def _slack_name(context: AppContext, slack_user_id: str) -> str | None:
+    """The member's name in Slack, so the person sees whose account they link (None when Slack cannot say)."""
+    slack = context.settings.outbound().slack
+    if slack is None:
+        return None
+    try:
+        info = await SlackApi(slack).user_info(slack_user_id)
+    except SlackCallFailed:
+        return None
+    profile = info.get("profile") or {}
+    name = profile.get("real_name") or info.get("real_name") or info.get("name")
+    return str(name) if name else None
 
 
 @router.post("/account/slack")

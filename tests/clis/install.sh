@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the coding-agent CLIs that the tests drive (tests/clis/package-lock.json: Claude Code,
-# Codex, Gemini CLI) into a cache folder outside the repository, and print that folder.
+# Codex, Gemini CLI) and the MCP filesystem server (@modelcontextprotocol/server-filesystem) into a
+# cache folder outside the repository, and print that folder.
 #
 #   ${APPROVALS_CLIS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/approvals-clis}/<first 12 hex of sha256(package-lock.json)>
 #
@@ -43,6 +44,9 @@ if [[ ! -f "$dir/.built" ]]; then
     fi
     [[ -e "$part/node_modules/.bin/codex" ]] && ln -s ../node_modules/.bin/codex "$part/bin/codex"
     [[ -e "$part/node_modules/.bin/gemini" ]] && ln -s ../node_modules/.bin/gemini "$part/bin/gemini"
+    # the MCP server the gateway's tests put it in front of
+    [[ -e "$part/node_modules/.bin/mcp-server-filesystem" ]] \
+        && ln -s ../node_modules/.bin/mcp-server-filesystem "$part/bin/mcp-server-filesystem"
     chmod 755 "$part"
     touch "$part/.built"
 

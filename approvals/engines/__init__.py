@@ -27,7 +27,7 @@ from .base import (
     register_engine,
     registered_engines,
 )
-from .gate import HOOK_ENGINES, GateEngine
+from .gate import HOOK_ENGINES, MCP_ENGINE, GateEngine
 from .gate import engine as gate_engine
 from .native.engine import engine as native_engine
 
@@ -49,6 +49,7 @@ __all__ = (
 
 register_engine(native_engine)
 register_engine(gate_engine)
+register_engine(MCP_ENGINE)
 for hook_engine in HOOK_ENGINES.values():
     register_engine(hook_engine)
 register_engine(

@@ -428,3 +428,24 @@ async def test_a_schema_that_is_not_plain_json_is_refused(web: WebApp) -> None:
         assert refused.status_code in (400, 422), refused.text
         assert "plain JSON" in refused.text
     assert (await web.store.list_calls(status=None)).items == []
+
+
+async def test_the_mcp_gateway_asks_as_its_own_engine_and_its_retries_find_the_waiting_call(web: WebApp) -> None:
+    """`engine: mcp` names the gateway on the run (rules may match it); a retry under a new key finds the call."""
+    async with await asking_client(web) as agent:
+        first = await agent.post(
+            "/api/gate/calls",
+            json=gate_call(engine="mcp", idempotency_key="k-1", same_arguments_same_call=True),
+        )
+        again = await agent.post(
+            "/api/gate/calls",
+            json=gate_call(engine="mcp", idempotency_key="k-2", same_arguments_same_call=True),
+        )
+        other = await agent.post("/api/gate/calls", json=gate_call(engine="mcp", idempotency_key="k-3"))
+        unknown = await agent.post("/api/gate/calls", json=gate_call(engine="claude_code"))
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["call_id"] == first.json()["call_id"]
+    assert other.status_code == 201 and other.json()["call_id"] != first.json()["call_id"]  # no flag: a new call
+    assert unknown.status_code == 422  # the hooks' engines ask through their own endpoint
+    call = await web.store.get_call(first.json()["call_id"])
+    assert (await web.store.get_run(call.run_id)).engine == "mcp"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -89,10 +89,21 @@ class GateRequest(BaseModel):
     approval_ttl: float | None = Field(
         default=None, gt=0, le=MAX_APPROVAL_TTL, description="Seconds people have to decide."
     )
+    engine: Literal["gate", "mcp"] = Field(
+        default="gate", description="The gate that asks: `gate` (any program) or `mcp` (the MCP gateway)."
+    )
+    same_arguments_same_call: bool = Field(
+        default=False,
+        description=(
+            "Asking again with the same tool and arguments in the session, under another key, finds the call while it "
+            "waits or is approved and not yet handed out: for callers whose retries carry no key of their own."
+        ),
+    )
 
     def to_request(self) -> CallRequest:
         request = CallRequest(
-            engine="gate",
+            engine=self.engine,
+            same_arguments_same_call=self.same_arguments_same_call,
             source=self.source,
             session_id=self.session_id,
             tool_name=self.tool_name,

@@ -6,6 +6,6 @@ told of its call. `hooks`: the coding CLIs' hook formats, read into a `CallReque
 written back from an answer.
 """
 
-from .engine import HOOK_ENGINES, GateEngine, engine
+from .engine import API_ENGINES, HOOK_ENGINES, MCP_ENGINE, GateEngine, engine
 
-__all__ = ("HOOK_ENGINES", "GateEngine", "engine")
+__all__ = ("API_ENGINES", "HOOK_ENGINES", "MCP_ENGINE", "GateEngine", "engine")

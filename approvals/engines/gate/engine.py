@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..base import EngineKind, HistoryCodec
 
-__all__ = ("GateEngine", "engine")
+__all__ = ("API_ENGINES", "HOOK_ENGINES", "MCP_ENGINE", "GateEngine", "engine")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,12 @@ class GateEngine:
 
 engine = GateEngine("gate")
 """The generic gate: any program that asks over the API."""
+
+MCP_ENGINE = GateEngine("mcp")
+"""The MCP gateway (`approvals mcp`, `approvals.engines.mcp`): MCP clients' tool calls, asked through the HTTP gate."""
+
+API_ENGINES = {"gate": engine, "mcp": MCP_ENGINE}
+"""The gates that ask over the HTTP gate API (`POST /api/gate/calls`), by the name a request gives."""
 
 HOOK_ENGINES = {name: GateEngine(name) for name in ("claude_code", "codex", "gemini", "cursor")}
 """The coding CLIs whose pre-tool hooks ask us (`approvals.engines.gate.hooks`), each a gate of its own."""

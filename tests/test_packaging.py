@@ -41,7 +41,18 @@ IMPORT_THE_CORE = f"""
 import importlib, importlib.util, pkgutil, sys
 import approvals, approvals.store, approvals.worker.resumer, approvals.service
 SKIPPED = ("approvals.cli", "approvals.engines.pydantic_ai")
-SDKS = {{"approvals.engines.native.models.openai": "openai", "approvals.engines.native.models.anthropic": "anthropic"}}
+SDKS = {{
+    "approvals.engines.native.models.openai": "openai",
+    "approvals.engines.native.models.anthropic": "anthropic",
+    "approvals.channels.slack": "slack_sdk",  # loaded only when Slack is turned on (the server extra)
+    "approvals.channels.slack_api": "slack_sdk",
+    "approvals.channels.slack_blocks": "slack_sdk",
+    "approvals.engines.mcp.": "fastmcp",  # the gateway's modules (the mcp extra); the package itself imports without
+}}
+
+def sdk_of(name):
+    found = [sdk for module, sdk in SDKS.items() if name == module or (module[-1] == "." and name.startswith(module))]
+    return found[0] if found else None
 
 def modules(path, prefix):
     for info in pkgutil.iter_modules(path, prefix):
@@ -52,7 +63,7 @@ def modules(path, prefix):
             yield from modules([f"{{path[0]}}/{{info.name.rsplit('.', 1)[1]}}"], info.name + ".")
 
 for name in modules(approvals.__path__, "approvals."):
-    sdk = SDKS.get(name)
+    sdk = sdk_of(name)
     if sdk and importlib.util.find_spec(sdk) is None:
         continue
     importlib.import_module(name)

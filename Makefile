@@ -91,7 +91,7 @@ test: install browser llm-server clis lint ## Lint, then run the whole test suit
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).
 	CHAOS_TRIALS=$${CHAOS_TRIALS:-300} $(RUN) pytest -p no:cacheprovider tests/chaos
 
-bench: install llm-server ## Run the benchmarks in bench/ and print their numbers (installs the peers they compare with).
+bench: install llm-server clis ## Run the benchmarks in bench/ and print their numbers (installs the peers they compare with).
 	$(UV) sync --locked --all-extras --group bench
 	@for f in bench/bench_*.py; do echo "== $$f"; $(RUN) python $$f || exit 1; done
 

@@ -969,3 +969,34 @@ def install_hook_command(
     typer.echo(f"{verb} {installed.path}")
     for step in installed.next_steps:
         typer.echo(f"- {step}")
+
+
+@app.command("mcp")
+def mcp_gateway(
+    config: Annotated[Path, typer.Option("--config", help='The upstream servers: {"mcpServers": {...}} JSON.')],
+    transport: Annotated[str, typer.Option(help="How clients reach the gateway: stdio or http.")] = "stdio",
+    host: Annotated[str, typer.Option(help="Address to listen on (--transport http).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (--transport http).")] = 8765,
+    source: Annotated[str | None, typer.Option(help="Agent name when the client gives none.")] = None,
+    session: Annotated[str | None, typer.Option(help="Session for every call (default: client + directory).")] = None,
+    wait: Annotated[float, typer.Option(help="Seconds a call waits for a person before a tool error.", min=0)] = 300,
+    url: Annotated[str | None, typer.Option(help="The approvals server [env: APPROVALS_URL].")] = None,
+    token: Annotated[str | None, typer.Option(help="A calls:ask token [env: APPROVALS_TOKEN].")] = None,
+) -> None:
+    """The MCP gateway: proxy MCP servers' tools, asking approvals before every tool call."""
+    from .engines.mcp import ConfigError, run
+
+    try:
+        run(
+            config,
+            url=url,
+            token=token,
+            transport=transport,
+            host=host,
+            port=port,
+            source=source,
+            session=session,
+            wait=wait,
+        )
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from approvals.calls.verdicts import Approve
+from approvals.engines.mcp.config import parse_config
+from approvals.policy import load_rules
 from approvals.store import SYSTEM, Actor
 from approvals.store.migrate import upgrade
 from approvals.worker.resumer import AgentRegistry
@@ -95,3 +98,14 @@ def test_every_setting_is_in_the_readmes_configuration_table() -> None:
     table = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
     missing = [name for name in Settings.model_fields if f"`APPROVALS_{name.upper()}`" not in table]
     assert missing == []
+
+
+def test_the_mcp_gateways_examples_are_valid() -> None:
+    """The README's upstreams file and Claude Code's `.mcp.json` read as the gateway reads them; its rules apply."""
+    section = README.read_text().split("## MCP gateway", 1)[1].split("\n## ", 1)[0]
+    upstreams, claude_code = (json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL))
+    assert [server.name for server in parse_config(upstreams)] == ["fs", "git", "issues"]
+    [gateway] = parse_config(claude_code)
+    assert gateway.name == "approvals"
+    [rules] = re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert [rule.name for rule in load_rules(rules)] == ["mcp-read-only", "mcp-commits-need-two"]

@@ -13,22 +13,18 @@ Needs the CLI from tests/clis/install.sh (`APPROVALS_CLIS_DIR`); every test skip
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from approvals.hook_install import install_hook
-from approvals.store import SYSTEM
-from approvals.store.models import ToolCallRow
 from approvals.worker.resumer import AgentRegistry
 
-from ..live_server import LiveServer, serving
+from ..live_approvals import REVIEWER, Approvals, accounts
+from ..live_server import serving
 from ..processes import free_port
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from .claude_code import ClaudeRun, claude_binary, make_project, resume_args, run_claude
@@ -36,81 +32,17 @@ from .scripted_anthropic import Reply, ScriptedAnthropic, bash, text
 
 RAN = ["call.requested", "call.approved", "call.executing", "call.succeeded"]
 """A call approved, handed to Claude Code, run, and reported by its PostToolUse hook."""
-REVIEWER = "rita"
 ASKING = 30.0
 """Seconds the hook waits for a person while the CLI runs: far more than a test needs to decide."""
 ALLOW_BASH = ("--output-format", "json", "--allowedTools", "Bash")
 """Permission rules that let Bash run unasked: only the hook stands in the way."""
 
 
-@dataclass
-class Approvals:
-    """Our server, a token the hook asks with and a reviewer's token to decide with."""
-
-    server: LiveServer
-    asking_token: str
-    reviewer_token: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def calls(self) -> list[ToolCallRow]:
-        """Every stored call, whatever its status."""
-        return list(self.server.call(self.server.store.list_calls(status=None)).items)
-
-    def pending(self) -> list[ToolCallRow]:
-        return list(self.server.call(self.server.store.list_calls()).items)
-
-    def decide(self, call_id: str, decision: dict[str, Any]) -> dict[str, Any]:
-        """Decide like a reviewer does, through the JSON API."""
-        response = httpx.post(
-            f"{self.url}/api/calls/{call_id}/decision",
-            json=decision,
-            headers={"Authorization": f"Bearer {self.reviewer_token}"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
-        decided: dict[str, Any] = response.json()
-        return decided
-
-    def wait_for_pending(self, running: Future[ClaudeRun], *, seconds: float = 40) -> ToolCallRow:
-        """The call the CLI's hook is waiting on, once it is stored."""
-        deadline = time.monotonic() + seconds
-        while True:
-            pending = self.pending()
-            if pending:
-                [call] = pending
-                return call
-            if running.done():
-                pytest.fail(f"the CLI ended without a pending call:\n{running.result().describe()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no call was pending after {seconds:.0f} s")
-            time.sleep(0.1)
-
-    def call_actions(self, run_id: str) -> list[str]:
-        """The audit log's `call.*` actions in run `run_id` (a gate session), oldest first."""
-        page = self.server.call(self.server.store.audit_events(run_id=run_id, newest_first=False))
-        return [event.action for event in page.items if event.action.startswith("call.")]
-
-    def audit_verifies(self) -> bool:
-        return self.server.call(self.server.store.verify_audit()).ok
-
-
-def accounts(server: LiveServer) -> Approvals:
-    """The asking token (scope `calls:ask`), and a reviewer with a token of their own."""
-    store = server.store
-    asking = server.call(store.create_token("claude", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
-    server.call(store.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
-    reviewing = server.call(store.create_token("rita-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
-    return Approvals(server, asking, reviewing)
-
-
 @pytest.fixture
 def approvals(db_url: str, tmp_path: Path) -> Iterator[Approvals]:  # noqa: F811 - the shared fixture
     claude_binary()  # skip before starting anything when the CLI is not installed
     with serving(db_url, tmp_path, AgentRegistry(), users=False) as server:
-        yield accounts(server)
+        yield accounts(server, "claude", Approvals)
 
 
 @pytest.fixture
@@ -349,7 +281,7 @@ def test_a_server_restarted_while_the_command_hook_waits_is_asked_again(
     call_bash = touch(marker)
     with ScriptedAnthropic([call_bash, text("All done.")]) as api:
         with serving(db_url, tmp_path, AgentRegistry(), port=port, users=False) as first:
-            before = accounts(first)
+            before = accounts(first, "claude", Approvals)
             running = background(claude, project, api, before.asking_token)
             call = before.wait_for_pending(running)
         # server A is gone while the hook waits; B takes over on the same port and database

@@ -8,10 +8,10 @@ from pathlib import Path
 from approvals.policy import load_rules
 from approvals.store import Actor
 
+from ..live_approvals import Approvals
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from .scripted_anthropic import ScriptedAnthropic, text
 from .test_claude_code_approvals import (  # noqa: F401 - a fixture and helpers shared with the approvals tests
-    Approvals,
     approvals,
     claude,
     content_text,

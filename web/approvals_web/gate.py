@@ -182,7 +182,9 @@ async def ask_call(
     response: Response,
     wait: Wait = 0,
 ) -> GateAnswerOut:
-    asked = await ask(context.service, body.to_request(), actor=actor, wait=_bounded(context, wait))
+    asked = await ask(
+        context.service, body.to_request(), actor=actor, wait=_bounded(context, wait), gone=request.is_disconnected
+    )
     if not asked.created:
         response.status_code = 200
     return GateAnswerOut.build(asked.answer, request)
@@ -196,7 +198,9 @@ async def ask_call(
 async def wait_for_call(
     call_id: Name, actor: AskingActor, context: ContextDep, request: Request, wait: Wait = 0
 ) -> GateAnswerOut:
-    answer = await wait_for(context.service, call_id, actor=actor, wait=_bounded(context, wait))
+    answer = await wait_for(
+        context.service, call_id, actor=actor, wait=_bounded(context, wait), gone=request.is_disconnected
+    )
     return GateAnswerOut.build(answer, request)
 
 

@@ -9,7 +9,7 @@ of bad input is a denial in the CLI's format, logged and audited, with nothing s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,27 +40,43 @@ class Asked:
     created: bool
 
 
-async def ask(service: ApprovalService, request: CallRequest, *, actor: Actor, wait: float) -> Asked:
+Gone = Callable[[], Awaitable[bool]]
+"""Whether the caller has gone (its connection closed) after a wait: an approval is then not handed out."""
+
+
+async def ask(
+    service: ApprovalService, request: CallRequest, *, actor: Actor, wait: float, gone: Gone | None = None
+) -> Asked:
     """Request a decision on one call and wait up to `wait` seconds for it (0: answer at once).
 
     The same idempotency key (`CallRequest.tool_call_id`) in the same session gets the same
     call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
     """
     call, created = await service.request_call(request, actor=actor, hand_out=True)
-    return Asked(await _answered(service, call, actor=actor, wait=wait), created)
+    return Asked(await _answered(service, call, actor=actor, wait=wait, gone=gone), created)
 
 
-async def wait_for(service: ApprovalService, call_id: str, *, actor: Actor, wait: float) -> GateAnswer:
+async def wait_for(
+    service: ApprovalService, call_id: str, *, actor: Actor, wait: float, gone: Gone | None = None
+) -> GateAnswer:
     """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call)."""
-    return await _answered(service, await service.store.get_call(call_id), actor=actor, wait=wait)
+    return await _answered(service, await service.store.get_call(call_id), actor=actor, wait=wait, gone=gone)
 
 
 async def _answered(
-    service: ApprovalService, call: ToolCallRow, *, actor: Actor, wait: float, hand_out: bool = True
+    service: ApprovalService,
+    call: ToolCallRow,
+    *,
+    actor: Actor,
+    wait: float,
+    hand_out: bool = True,
+    gone: Gone | None = None,
 ) -> GateAnswer:
     if not answer_for(call).decided and wait > 0:
         call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
-    if hand_out and call.status == CallStatus.APPROVED:  # the caller runs it now: handed out, it is executing
+    if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
+        # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
+        # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved
         call = await service.store.hand_out(call.id, actor=actor)
     return answer_for(call)
 

@@ -1,0 +1,59 @@
+"""The MCP gateway (`approvals mcp`): approvals in front of any MCP server's tools.
+
+- config.py: the `{"mcpServers": {...}}` file, read and checked (standard library only).
+- gate_client.py: the approvals server's HTTP gate, asked over httpx with a `calls:ask` token.
+- middleware.py: every `tools/call` asks the gate, waits, then forwards or refuses.
+- proxy.py: the FastMCP server that proxies the upstreams, served over stdio or streamable HTTP.
+
+Nothing here imports FastMCP at `import approvals` time: it is the optional `mcp` extra,
+imported by `run` (and the modules that need it) only when the gateway starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import ConfigError, load_config
+
+__all__ = ("ConfigError", "load_config", "run")
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def run(
+    config: Path,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    source: str | None = None,
+    session: str | None = None,
+    wait: float | None = None,
+) -> None:
+    """Start the gateway and serve until the client goes; `ConfigError` or `ValueError` for bad settings.
+
+    The URL and token come from the arguments, else `APPROVALS_URL` / `APPROVALS_TOKEN`, as
+    the coding-CLI hook reads them. Without a token nothing could be asked, so it refuses to start.
+    """
+    import anyio
+
+    if transport not in ("stdio", "http"):
+        raise ValueError(f"--transport is stdio or http, not {transport!r}")
+    servers = load_config(config)
+    token = (token or os.environ.get("APPROVALS_TOKEN", "")).strip()
+    if not token:
+        raise ValueError("APPROVALS_TOKEN is not set (nor --token): the gateway could not ask approvals")
+    try:
+        from .gate_client import GateClient
+        from .middleware import DEFAULT_WAIT, GateSettings
+        from .proxy import build_gateway, default_session, serve
+    except ModuleNotFoundError as exc:  # fastmcp (the mcp extra) or httpx (the server extra) is not installed
+        raise ValueError(f"the MCP gateway needs {exc.name}: pip install 'agent-approvals[mcp,server]'") from None
+
+    gate = GateClient(url or os.environ.get("APPROVALS_URL") or DEFAULT_URL, token)
+    settings = GateSettings(source=source, session=session, wait=DEFAULT_WAIT if wait is None else wait)
+    gateway = build_gateway(servers, gate, settings, default_session(Path.cwd(), config))
+    anyio.run(lambda: serve(gateway, gate, transport=transport, host=host, port=port))

@@ -1,0 +1,116 @@
+"""The gateway's faults, each caused for real: approvals unreachable or refusing the token, a call nobody decided
+in time, the gateway restarted (and its client gone) while a call waits, an upstream error, an upstream that dies."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ..processes import free_port
+from .conftest import GIT_SERVER, Approvals, Gateway
+from .test_gateway import READ_ONLY_RULES, _log, staged, text, while_waiting
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_approvals_unreachable_or_refusing_the_token_runs_nothing(approvals: Approvals, gateway: Gateway) -> None:
+    repo = gateway.upstreams.repo
+    gateway.servers = ("git",)
+    gateway.url = f"http://127.0.0.1:{free_port()}"
+    async with gateway.client() as client:
+        result = await client.call_tool("git_commit", staged(repo), raise_on_error=False)
+    assert result.is_error and "cannot reach the approvals server" in text(result), text(result)
+    gateway.url, gateway.token = None, "apv_not-a-token"
+    async with gateway.client() as client:
+        result = await client.call_tool("git_commit", staged(repo), raise_on_error=False)
+    assert result.is_error and "refused the gateway's token" in text(result), text(result)
+    assert "apv_not-a-token" not in text(result) and "apv_not-a-token" not in gateway.log.read_text()
+    assert _log(repo) == ["first"] and await approvals.calls() == []
+
+
+async def test_a_call_nobody_decided_in_time_is_found_again_by_the_retry(
+    approvals: Approvals, gateway: Gateway
+) -> None:
+    repo = gateway.upstreams.repo
+    gateway.servers, gateway.wait = ("git",), 1
+    args = staged(repo)
+    async with gateway.client() as client:
+        timed_out = await client.call_tool("git_commit", args, raise_on_error=False)
+        [call] = await approvals.calls("pending")
+        assert timed_out.is_error
+        assert call.id in text(timed_out) and f"/calls/{call.id}" in text(timed_out)
+        assert "again with the same arguments" in text(timed_out)
+        await approvals.decide(call.id, {"verdict": "approve"})
+        result = await client.call_tool("git_commit", args, raise_on_error=False)
+    assert not result.is_error, text(result)
+    assert _log(repo) == ["approved", "first"]
+    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]
+
+
+async def test_a_gateway_restarted_while_a_call_waits_loses_nothing(approvals: Approvals, gateway: Gateway) -> None:
+    """The client goes away mid-wait (its gateway process ends with it): the call stays pending and decidable,
+    nothing runs after the disconnect, and the retry through a new gateway finds the call and its approval."""
+    repo = gateway.upstreams.repo
+    gateway.servers = ("git",)
+    args = staged(repo)
+    async with gateway.client() as client, anyio.create_task_group() as group:
+        group.start_soon(functools.partial(client.call_tool, "git_commit", args))
+        await approvals.pending_call()
+        group.cancel_scope.cancel()  # the client gives up; leaving the block ends the gateway process
+    [call] = await approvals.calls("pending")
+    await approvals.decide(call.id, {"verdict": "approve"})
+    await anyio.sleep(1)
+    assert _log(repo) == ["first"]  # approved, but nobody is there to run it: nothing ran
+    assert (await approvals.call(call.id)).status == "approved"
+    async with gateway.client() as client:
+        result = await client.call_tool("git_commit", args, raise_on_error=False)
+    assert not result.is_error, text(result)
+    assert _log(repo) == ["approved", "first"]
+    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]
+
+
+async def test_an_upstream_error_is_the_calls_failed_outcome_and_reaches_the_model(
+    approvals: Approvals, gateway: Gateway
+) -> None:
+    await approvals.apply_rules(READ_ONLY_RULES)
+    gateway.servers = ("git",)
+    async with gateway.client() as client:
+        result = await client.call_tool("git_status", {"repo_path": "/nowhere"}, raise_on_error=False)
+    assert result.is_error and "outside the allowed repository" in text(result), text(result)
+    [call] = await approvals.calls()
+    assert call.status == "failed" and "outside the allowed repository" in str(call.result)
+
+
+async def test_an_upstream_that_died_while_a_call_waited_is_started_again_for_it(
+    approvals: Approvals, gateway: Gateway, tmp_path: Path
+) -> None:
+    """The upstream process killed (SIGKILL) while its call waits for a person: once approved, the call is
+    forwarded to a new process (FastMCP's keep-alive stdio transport notices the dead session and starts
+    the command again), and its outcome is recorded. A death in the middle of a call is `outcome_unknown`
+    (middleware.py): the upstream may have acted."""
+    repo = gateway.upstreams.repo
+    pid_file = tmp_path / "upstream.pid"
+    script = f"echo $$ > {pid_file}; exec {GIT_SERVER} --repository {repo}"
+    gateway.servers = ("git",)
+    gateway.upstreams.servers = lambda *names: {"mcpServers": {"git": {"command": "sh", "args": ["-c", script]}}}  # type: ignore[method-assign]
+    args = staged(repo)
+    first: dict[str, int] = {}
+
+    async def kill_then_approve() -> None:
+        call = await approvals.pending_call()
+        first["pid"] = int(pid_file.read_text())
+        os.kill(first["pid"], signal.SIGKILL)
+        await approvals.decide(call.id, {"verdict": "approve"})
+
+    async with gateway.client() as client:
+        await client.list_tools()
+        result = await while_waiting(client, "git_commit", args, kill_then_approve)
+    assert not result.is_error, text(result)
+    assert int(pid_file.read_text()) != first["pid"]
+    assert _log(repo) == ["approved", "first"]
+    assert [c.status for c in await approvals.calls()] == ["succeeded"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 from pathlib import Path
 
 import anyio
@@ -114,3 +115,58 @@ async def test_an_upstream_that_died_while_a_call_waited_is_started_again_for_it
     assert int(pid_file.read_text()) != first["pid"]
     assert _log(repo) == ["approved", "first"]
     assert [c.status for c in await approvals.calls()] == ["succeeded"]
+
+
+SLOW_UPSTREAM = '''
+"""An MCP server whose one tool takes its time: it says where it runs, then sleeps, then writes."""
+import os
+import sys
+import time
+
+from fastmcp import FastMCP
+
+server = FastMCP("slow")
+
+
+@server.tool
+def slow_write(path: str, text: str, seconds: float = 60) -> str:
+    """Write `text` to `path` after `seconds`."""
+    with open(sys.argv[1], "w") as running:
+        running.write(str(os.getpid()))
+    time.sleep(seconds)
+    with open(path, "w") as out:
+        out.write(text)
+    return "written"
+
+
+server.run(show_banner=False)
+'''
+
+
+async def test_an_upstream_that_dies_in_the_middle_of_a_call_leaves_its_outcome_to_a_person(
+    approvals: Approvals, gateway: Gateway, tmp_path: Path
+) -> None:
+    """Killed (SIGKILL) while it runs an approved call: it may or may not have acted, so the call is
+    `outcome_unknown` in the inbox, never run again by anyone, and the model reads where it is settled."""
+    script, running, target = tmp_path / "slow.py", tmp_path / "slow.pid", tmp_path / "written.txt"
+    script.write_text(SLOW_UPSTREAM)
+    entry = {"command": sys.executable, "args": [str(script), str(running)]}
+    gateway.servers = ("slow",)
+    gateway.upstreams.servers = lambda *names: {"mcpServers": {"slow": entry}}  # type: ignore[method-assign]
+
+    async def approve_then_kill_mid_call() -> None:
+        call = await approvals.pending_call()
+        await approvals.decide(call.id, {"verdict": "approve"})
+        with anyio.fail_after(30):
+            while not running.exists() or not running.read_text():
+                await anyio.sleep(0.05)
+        os.kill(int(running.read_text()), signal.SIGKILL)
+
+    async with gateway.client() as client:
+        result = await while_waiting(
+            client, "slow_write", {"path": str(target), "text": "hi"}, approve_then_kill_mid_call
+        )
+    assert result.is_error and "may or may not have acted" in text(result), text(result)
+    [call] = await approvals.calls()
+    assert call.status == "outcome_unknown" and f"/calls/{call.id}" in text(result)
+    assert not target.exists()

@@ -160,7 +160,7 @@ class ApprovalMiddleware(Middleware):
         except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(REPORT_GRACE):
                 await self._report(answer, "outcome_unknown", {"error": _describe(exc)})
-            if isinstance(exc, Exception) and not isinstance(exc, ToolError):
+            if isinstance(exc, Exception):  # the proxy raises a dead upstream's "Connection closed" as a ToolError
                 raise ToolError(
                     f"The MCP server {self.upstream!r} failed while running the approved call ({_describe(exc)}); "
                     f"it may or may not have acted. Its outcome is for a person to settle: {answer.url}"

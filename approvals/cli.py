@@ -980,6 +980,9 @@ def mcp_gateway(
     source: Annotated[str | None, typer.Option(help="Agent name when the client gives none.")] = None,
     session: Annotated[str | None, typer.Option(help="Session for every call (default: client + directory).")] = None,
     wait: Annotated[float, typer.Option(help="Seconds a call waits for a person before a tool error.", min=0)] = 300,
+    progress_every: Annotated[
+        float, typer.Option(help="Seconds between progress notifications while a call waits.", min=0.1)
+    ] = 10,
     url: Annotated[str | None, typer.Option(help="The approvals server [env: APPROVALS_URL].")] = None,
     token: Annotated[str | None, typer.Option(help="A calls:ask token [env: APPROVALS_TOKEN].")] = None,
 ) -> None:
@@ -997,6 +1000,7 @@ def mcp_gateway(
             source=source,
             session=session,
             wait=wait,
+            progress_every=progress_every,
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc))

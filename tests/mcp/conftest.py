@@ -139,6 +139,8 @@ class Gateway:
     wait: float = 20
     token: str | None = None
     url: str | None = None
+    extra: tuple[str, ...] = ()
+    """More `approvals mcp` options."""
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -146,7 +148,8 @@ class Gateway:
 
     def args(self, *more: str) -> list[str]:
         self.upstreams.config.write_text(json.dumps(self.upstreams.servers(*self.servers)))
-        return ["-m", "approvals", "mcp", "--config", str(self.upstreams.config), "--wait", f"{self.wait:g}", *more]
+        config = ["--config", str(self.upstreams.config), "--wait", f"{self.wait:g}"]
+        return ["-m", "approvals", "mcp", *config, *self.extra, *more]
 
     def env(self) -> dict[str, str]:
         return {

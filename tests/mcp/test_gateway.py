@@ -149,3 +149,41 @@ async def test_served_over_streamable_http_an_approved_write_lands(approvals: Ap
     assert target.read_text() == "via http"
     [call] = await approvals.calls()
     assert call.agent_name == "cursor" and call.status == "succeeded"
+
+
+async def test_a_waiting_call_sends_progress_naming_its_page_until_it_is_decided(
+    approvals: Approvals, gateway: Gateway
+) -> None:
+    """Progress notifications (when the client asks for them) keep a client's own timeout from firing and say
+    where the call waits; nothing else is sent to the client: no server-initiated request."""
+    repo = gateway.upstreams.repo
+    gateway.servers, gateway.extra = ("git",), ("--progress-every", "0.3")
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    async def approve_after_some_progress() -> None:
+        call = await approvals.pending_call()
+        with anyio.fail_after(20):
+            while len(heard) < 3:
+                await anyio.sleep(0.05)
+        await approvals.decide(call.id, {"verdict": "approve"})
+
+    async with gateway.client() as client:
+        result: dict[str, Any] = {}
+
+        async def call() -> None:
+            result["r"] = await client.call_tool(
+                "git_commit", staged(repo), progress_handler=on_progress, raise_on_error=False
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await approve_after_some_progress()
+    assert not result["r"].is_error, text(result["r"])
+    [stored] = await approvals.calls()
+    done = [d for d, _, _ in heard]
+    assert done == sorted(done) and done[-1] > done[0]
+    assert all(total == gateway.wait for _, total, _ in heard)
+    assert all(message and f"/calls/{stored.id}" in message for _, _, message in heard)

@@ -11,6 +11,7 @@ imported by `run` (and the modules that need it) only when the gateway starts.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def run(
     source: str | None = None,
     session: str | None = None,
     wait: float | None = None,
+    progress_every: float | None = None,
 ) -> None:
     """Start the gateway and serve until the client goes; `ConfigError` or `ValueError` for bad settings.
 
@@ -55,5 +57,7 @@ def run(
 
     gate = GateClient(url or os.environ.get("APPROVALS_URL") or DEFAULT_URL, token)
     settings = GateSettings(source=source, session=session, wait=DEFAULT_WAIT if wait is None else wait)
+    if progress_every is not None:
+        settings = dataclasses.replace(settings, poll_every=progress_every)
     gateway = build_gateway(servers, gate, settings, default_session(Path.cwd(), config))
     anyio.run(lambda: serve(gateway, gate, transport=transport, host=host, port=port))

@@ -44,8 +44,8 @@ SLOW = (
     "tests/web/test_webhooks.py::test_two_app_instances_on_one_database_deliver_each_event_once_in_total[sqlite]",
     "tests/worker/test_worker_command.py::test_the_worker_delivers_webhooks_and_hands_them_back_when_it_stops",
     "tests/worker/test_follow_ups_processes.py",  # two `approvals worker` processes, one killed and restarted
-    "tests/mcp/test_gateway.py",  # `approvals mcp` processes in front of real MCP servers, an approvals server each
-    "tests/mcp/test_faults.py",
+    "tests/mcp_gateway/test_gateway.py",  # `approvals mcp` processes before real MCP servers, an approvals server each
+    "tests/mcp_gateway/test_faults.py",
 )
 """Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
 SLOW_FIXTURES = {"core_only_venv"}

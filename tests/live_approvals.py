@@ -1,7 +1,7 @@
 """A live approvals server as an agent elsewhere meets it: an asking token, a reviewer's token, and what was stored.
 
 Shared by the tests that drive real clients against `approvals serve` over HTTP: the coding
-CLIs' hooks (tests/clis) and the MCP gateway (tests/mcp).
+CLIs' hooks (tests/clis) and the MCP gateway (tests/mcp_gateway).
 """
 
 from __future__ import annotations

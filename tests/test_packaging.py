@@ -40,19 +40,21 @@ SERVER_DISTRIBUTIONS = frozenset(
 IMPORT_THE_CORE = f"""
 import importlib, importlib.util, pkgutil, sys
 import approvals, approvals.store, approvals.worker.resumer, approvals.service
-SKIPPED = ("approvals.cli", "approvals.engines.pydantic_ai")
+SKIPPED = (
+    "approvals.cli",
+    "approvals.engines.pydantic_ai",
+    # the MCP gateway's server side: FastMCP (the mcp extra) is a web stack of its own, loaded by `approvals mcp` only
+    "approvals.engines.mcp.gate_client",
+    "approvals.engines.mcp.middleware",
+    "approvals.engines.mcp.proxy",
+)
 SDKS = {{
     "approvals.engines.native.models.openai": "openai",
     "approvals.engines.native.models.anthropic": "anthropic",
     "approvals.channels.slack": "slack_sdk",  # loaded only when Slack is turned on (the server extra)
     "approvals.channels.slack_api": "slack_sdk",
     "approvals.channels.slack_blocks": "slack_sdk",
-    "approvals.engines.mcp.": "fastmcp",  # the gateway's modules (the mcp extra); the package itself imports without
 }}
-
-def sdk_of(name):
-    found = [sdk for module, sdk in SDKS.items() if name == module or (module[-1] == "." and name.startswith(module))]
-    return found[0] if found else None
 
 def modules(path, prefix):
     for info in pkgutil.iter_modules(path, prefix):
@@ -63,7 +65,7 @@ def modules(path, prefix):
             yield from modules([f"{{path[0]}}/{{info.name.rsplit('.', 1)[1]}}"], info.name + ".")
 
 for name in modules(approvals.__path__, "approvals."):
-    sdk = sdk_of(name)
+    sdk = SDKS.get(name)
     if sdk and importlib.util.find_spec(sdk) is None:
         continue
     importlib.import_module(name)

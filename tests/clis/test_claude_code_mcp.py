@@ -24,7 +24,16 @@ from typing import Any
 
 import pytest
 
-from ..mcp.harness import RAN, REVIEWER, Approvals, Gateway, approvals_on, filesystem_server, filesystem_upstream, named
+from ..mcp_gateway.harness import (
+    RAN,
+    REVIEWER,
+    Approvals,
+    Gateway,
+    approvals_on,
+    filesystem_server,
+    filesystem_upstream,
+    named,
+)
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from .claude_code import ClaudeRun, claude_binary, make_project, run_claude
 from .scripted_anthropic import Reply, ScriptedAnthropic, text, tool_use

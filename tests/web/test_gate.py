@@ -443,6 +443,8 @@ async def test_the_mcp_gateway_asks_as_its_own_engine_and_its_retries_find_the_w
         )
         other = await agent.post("/api/gate/calls", json=gate_call(engine="mcp", idempotency_key="k-3"))
         unknown = await agent.post("/api/gate/calls", json=gate_call(engine="claude_code"))
+        not_a_flag = await agent.post("/api/gate/calls", json=gate_call(engine="mcp", same_arguments_same_call=0))
+    assert not_a_flag.status_code == 422  # 0 is no boolean (found by schemathesis)
     assert first.status_code == 201 and again.status_code == 200
     assert again.json()["call_id"] == first.json()["call_id"]
     assert other.status_code == 201 and other.json()["call_id"] != first.json()["call_id"]  # no flag: a new call

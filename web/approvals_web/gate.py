@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from approvals.calls.requests import MAX_APPROVAL_TTL, CallRequest
 from approvals.calls.states import CallStatus
@@ -92,7 +92,7 @@ class GateRequest(BaseModel):
     engine: Literal["gate", "mcp"] = Field(
         default="gate", description="The gate that asks: `gate` (any program) or `mcp` (the MCP gateway)."
     )
-    same_arguments_same_call: bool = Field(
+    same_arguments_same_call: StrictBool = Field(
         default=False,
         description=(
             "Asking again with the same tool and arguments in the session, under another key, finds the call while it "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import logging
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -101,15 +100,11 @@ def settings_for(config: Path | None, database_url: str | None = None, agents: l
     return Settings(_env_file=config, **overrides)  # type: ignore[call-arg]
 
 
-def show_logs() -> None:
-    """Print the library's INFO lines (runs paused, completed, failed) with a timestamp, once."""
-    logger = logging.getLogger("approvals")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+def show_logs(log_format: str = "text") -> None:
+    """Print the library's INFO lines (runs paused, completed, failed) as timestamped text or JSON (`log_format`)."""
+    from approvals_web.logging_setup import configure_logging  # the CLI is the one place the core meets the web layer
+
+    configure_logging("json" if log_format == "json" else "text")
 
 
 def fail(message: str) -> None:
@@ -196,13 +191,14 @@ def serve(
         with_store(settings.database_url, lambda store: seed_demo(store, registry, runs=len(_demo_prompts())))
         if not settings.worker:
             typer.echo("demo runs are queued; start `approvals worker --demo` to run them")
-    show_logs()
+    show_logs(settings.log_format)
     typer.echo(f"approvals: serving http://{host}:{port} (database {_safe_url(settings.database_url)})")
     uvicorn.run(
         create_app(settings, registry=registry),
         host=host,
         port=port,
         log_level="info",
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,  # JSON: uvicorn's too
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,  # gate long polls and hooks ask again after a restart
     )
@@ -233,7 +229,10 @@ def worker(
     if not registry.names:
         fail("no agents to serve: pass --agent package.module:agent (or --demo)")
     agents = ", ".join(registry.names)
-    show_logs()
+    show_logs(settings.log_format)
+    from approvals_web.telemetry import configure_tracing  # the CLI is the one place the core meets the web layer
+
+    configure_tracing("approvals-worker")
     typer.echo(f"approvals worker: agents {agents}; up to {concurrency} runs at once; waiting for ready runs")
     outbound = settings.outbound()
     channels = [

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from . import tracing
 from .calls import CallRequest, validate_request, validate_with_schema
 from .calls.canonical import digest
 from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
@@ -21,6 +22,7 @@ from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
 from .engines.native.tools import Tool
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
+from .logs import with_call
 from .store import RUNS_CHANNEL, Actor, Store
 from .store.errors import is_transient
 from .store.models import RunRow, ToolCallRow
@@ -98,11 +100,15 @@ class ApprovalService:
 
     async def decide(self, call_id: str, verdict: Verdict, *, actor: Actor) -> ToolCallRow:
         """Record a verdict; edits are validated first and nothing is saved when they fail."""
-        if isinstance(verdict, EditAndApprove):
-            call = await self.store.get_call(call_id)
-            edited = await self.validate_edit(call, verdict.args)
-            verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
-        return await self.store.decide(call_id, verdict, actor=actor)
+        with with_call(call_id):  # lines logged while deciding name the call
+            if isinstance(verdict, EditAndApprove):
+                call = await self.store.get_call(call_id)
+                edited = await self.validate_edit(call, verdict.args)
+                verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
+            with tracing.deciding(call_id, verdict, await tracing.call_trace_context(self.store, call_id)):
+                decided = await self.store.decide(call_id, verdict, actor=actor)
+            logger.info("call %s (%s) decided by %s: %s", call_id, decided.tool_name, actor.id, decided.status)
+            return decided
 
     async def resumable_run(self, run_id: str) -> RunRow:
         """The run, when it can be resumed now (ready, or being resumed); `Conflict` when it cannot."""

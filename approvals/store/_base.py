@@ -37,6 +37,8 @@ class Actor:
     """What a token may do (`TOKEN_SCOPES`); None: whatever the role allows."""
     person: bool = True
     """False for a service token: it belongs to nobody, so its approval would count for nobody."""
+    channel: str | None = None
+    """Where the actor decides from (`web`, `api`, `slack`, `email`): recorded with a decision for the metrics."""
 
     def can(self, role: Role) -> bool:
         """True when the actor's role is at least `role`."""
@@ -57,6 +59,7 @@ TOKEN_SCOPES = (
     "audit:read",
     "rules:read",
     "rules:write",
+    "metrics:read",
 )
 """What a token can be limited to; each API route needs one of them besides its role."""
 

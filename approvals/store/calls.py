@@ -18,6 +18,7 @@ from sqlalchemy import Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from .. import tracing
 from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..engines.base import EngineKind, get_engine
@@ -124,7 +125,10 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
         outcome = await self.evaluate_policy(asked, rule_set)
         version = validated.definition.version
         known = version in self._stored_tool_versions
-        stored = await self.run_statements(lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known))
+        with tracing.requesting_call(request.engine, request.source, request.tool_name, request.tool_call_id):
+            stored = await self.run_statements(
+                lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known)
+            )
         self._stored_tool_versions.add(version)
         return stored
 

@@ -161,7 +161,7 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
         edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
     approved_digest = edit.get("override_digest") or call.current_digest
     _check_decidable(call, facts.started_by, verdict, actor, approving=approved_digest, standing=facts.standing)
-    decision: dict[str, Any] = {"call_id": call.id, "actor": actor.id, "created_at": now}
+    decision: dict[str, Any] = {"call_id": call.id, "actor": actor.id, "channel": actor.channel, "created_at": now}
     if isinstance(verdict, Deny | Answer):
         final = _FINAL_VERDICTS[type(verdict)]
         fields = {"reason": verdict.reason} if isinstance(verdict, Deny) else {"answer": verdict.content}
@@ -183,6 +183,8 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
         details = {"args_digest": approved_digest, "approvals": approvals, "required": call.approvals_required}
         if edited_args is not None:
             details["edited_args"] = edited_args
+    if actor.channel is not None:
+        details = {**details, "channel": actor.channel}
     events = [call_event(actor.id, action, call, details, at=now)]
     announcements = [(PENDING_CHANNEL, call.run_id)]
     still_open = changes.get("status", call.status) in OPEN_CALL_STATUSES

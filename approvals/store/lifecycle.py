@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, func, or_, select, update
 
+from .. import tracing
 from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
@@ -184,24 +185,26 @@ class RunLifecycle(PolicyEvaluation):
             raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
         run_id = run_id or uuid.uuid4().hex
         now = utcnow()
-        async with self.transaction() as tx:
-            tx.session.add(
-                RunRow(
-                    id=run_id,
-                    agent_name=agent_name,
-                    engine=engine,
-                    status=RunStatus.READY,
-                    prompt=prompt,
-                    deps=deps,
-                    started_by=actor.id,
-                    message_count=0,
-                    created_at=now,
-                    updated_at=now,
+        with tracing.starting_run(agent_name, run_id) as trace_context:
+            async with self.transaction() as tx:
+                tx.session.add(
+                    RunRow(
+                        id=run_id,
+                        agent_name=agent_name,
+                        engine=engine,
+                        status=RunStatus.READY,
+                        prompt=prompt,
+                        deps=deps,
+                        started_by=actor.id,
+                        trace_context=trace_context,
+                        message_count=0,
+                        created_at=now,
+                        updated_at=now,
+                    )
                 )
-            )
-            tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
-            tx.announce(READY_CHANNEL, run_id)
-            tx.announce(RUNS_CHANNEL, run_id)
+                tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
+                tx.announce(READY_CHANNEL, run_id)
+                tx.announce(RUNS_CHANNEL, run_id)
         return run_id
 
     async def claim(

@@ -118,6 +118,8 @@ class RunRow(Base):
     output: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     error: Mapped[str | None] = mapped_column(Text)
     started_by: Mapped[str | None] = mapped_column(String(200))
+    trace_context: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    """The W3C trace context (`traceparent`, `tracestate`) the run started in: a resume hours later joins its trace."""
     message_count: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -253,6 +255,8 @@ class DecisionRow(Base):
     """Digest of the arguments this verdict was given for."""
     edited_args: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     answer: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    channel: Mapped[str | None] = mapped_column(String(20))
+    """Where the reviewer decided: `web`, `api`, `slack` or `email` (None: before channels were recorded)."""
     consumed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     """When the approval was used up by executing the call."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 import anyio
 import pydantic_core
 
+from .. import tracing
 from .._outage import Outage
 from ..calls.states import CallStatus, RunStatus
 from ..engines import Engine, HistoryCodec, adopting_engines
@@ -44,6 +45,7 @@ from ..engines.native.messages import ModelRequest, ModelResponse, RetryPromptPa
 from ..engines.native.tools import Tool
 from ..engines.native.usage import RunTotals
 from ..exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
+from ..logs import with_run
 from ..store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from ..store.errors import describe, is_transient
 from ..store.models import RunRow
@@ -337,7 +339,12 @@ class Resumer:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_lease, claimed.run_id, lease)
-                await self._continue(claimed, lease)
+                stored = (await self.store.get_run(claimed.run_id)).trace_context if tracing.enabled() else None
+                with (
+                    with_run(claimed.run_id),  # every line logged while it runs names the run
+                    tracing.resuming(claimed.run_id, claimed.agent_name, stored, resumed=claimed.message_count > 0),
+                ):
+                    await self._continue(claimed, lease)
                 group.cancel_scope.cancel()
         except* LeaseLost as lost:  # from the task group, so in an exception group
             if any(isinstance(error, LeaseLost) and error.status == RunStatus.CANCELLED for error in lost.exceptions):
@@ -418,6 +425,7 @@ class Resumer:
             history = list(claimed.history)
         else:
             history = await self.store.load_history(run_id)
+        tracing.waited(history)
         stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
             entry = self.registry.get(claimed.agent_name)

@@ -26,11 +26,12 @@ from approvals.worker.follow_ups import FollowUpHealth, run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import api, docs, email_links, gate, health, login, pages, problems, rules, rules_api, slack, users
+from . import api, docs, email_links, gate, health, login, metrics, pages, problems, rules, rules_api, slack, users
 from .auth import LoginRequired
 from .context import AppContext
 from .hardening import SecurityMiddleware, reject_nul_in_url
 from .settings import Settings
+from .telemetry import configure_tracing
 from .templating import render
 
 logger = logging.getLogger("approvals.web")
@@ -42,6 +43,7 @@ RETRY_AFTER_SECONDS = 5
 def create_app(settings: Settings | None = None, *, registry: AgentRegistry | None = None) -> FastAPI:
     """The app for `settings`; agents come from `registry` or are imported from `settings.agents`."""
     settings = settings or Settings()
+    configure_tracing()  # OTLP export only when the OTEL_* variables ask for it
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -124,6 +126,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.add_middleware(SecurityMiddleware, max_body_bytes=settings.max_request_bytes)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(docs.router)
     app.include_router(login.router)
     app.include_router(api.router)

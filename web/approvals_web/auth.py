@@ -10,6 +10,7 @@ change state must carry the session's CSRF token (header `x-csrftoken` or form f
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Annotated
 
@@ -64,6 +65,7 @@ async def current_actor(request: Request) -> Actor | None:
         actor = await context.store.token_actor(token)
         if actor is None:
             raise HTTPException(401, "Invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
+        actor = dataclasses.replace(actor, channel="api")
     else:
         user = None
         header = context.settings.trusted_identity_header
@@ -78,7 +80,7 @@ async def current_actor(request: Request) -> Actor | None:
                 request.session.pop(SESSION_ID)  # logged out, revoked, expired or the user disabled
         request.session.pop(SESSION_USER, None)
         if user is not None and not user.disabled:
-            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()))
+            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()), channel="web")
     request.state.actor = actor
     return actor
 

@@ -23,6 +23,7 @@ leaves the link as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from typing import Annotated, Any
@@ -111,6 +112,7 @@ async def _checked(context: AppContext, token: str) -> tuple[EmailLinkRow, Actor
     if actor is None:
         detail = f"The account {link.username!r} this link was sent to is disabled or gone, so it decides nothing."
         raise Refusal(403, "Not allowed", detail, call)
+    actor = dataclasses.replace(actor, channel="email")
     if not call.is_open:
         raise Refusal(409, "Already decided", f"{decided_sentence(call)}. Nothing was changed.", call)
     if call.current_digest != link.args_digest:

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     """How long the resumer's lease on a run lasts between renewals; a dead worker's run waits this long."""
     worker_poll_interval: float = Field(default=DEFAULT_POLL_INTERVAL, gt=0)
     """Longest wait between looks for ready runs when no wake-up comes."""
+    log_format: Literal["text", "json"] = "text"
+    """How `approvals serve` and `approvals worker` write log lines: text, or JSON with run, call and trace ids."""
+    metrics_public: bool = False
+    """Serve `/metrics` without a token (a scraper inside a private network); else it needs `metrics:read`."""
     webhook_urls: list[str] = Field(default_factory=list)
     """URLs that get a signed POST when a call needs a person and when a run ends; once each, in order, durably."""
     webhook_secret: str | None = Field(default=None, repr=False)

@@ -12,7 +12,7 @@ app's secret key and bound to the member and their workspace, and expires in an 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
@@ -68,7 +68,7 @@ async def reviewer_for(store: Store, api: SlackApi, slack_user_id: str) -> Revie
     actor = actor_for(user)
     if actor is None:
         return Reviewer(None, f"the inbox user {user.username} your Slack account is linked to is disabled")
-    return Reviewer(actor)
+    return Reviewer(replace(actor, channel="slack"))
 
 
 @dataclass(frozen=True)

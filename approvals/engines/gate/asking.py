@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...calls.states import CallStatus
 from ...exceptions import ApprovalsError, Conflict, InvalidArguments, UserError
+from ...logs import with_call, with_run
 from .answers import GateAnswer, answer_for
 from .hooks import Fallback, HookFormat, HookInputError, Permission, verdict_for
 
@@ -72,13 +73,14 @@ async def _answered(
     hand_out: bool = True,
     gone: Gone | None = None,
 ) -> GateAnswer:
-    if not answer_for(call).decided and wait > 0:
-        call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
-    if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
-        # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
-        # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved
-        call = await service.store.hand_out(call.id, actor=actor)
-    return answer_for(call)
+    with with_run(call.run_id), with_call(call.id):  # lines logged while the gate waits name the call
+        if not answer_for(call).decided and wait > 0:
+            call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
+        if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
+            # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
+            # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved
+            call = await service.store.hand_out(call.id, actor=actor)
+        return answer_for(call)
 
 
 async def ask_by_hook(

@@ -15,6 +15,7 @@ from typing import Any, Generic, cast
 import pydantic_core
 from typing_extensions import TypeVar
 
+from ... import tracing
 from ...exceptions import InvalidDeferredResults, ToolRetriesExceeded, ToolRetryError, UserError
 from ._history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
 from ._model_output import storable_response
@@ -166,7 +167,9 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
             output_tools=[self.output.tool_def] if self.output else [],
             allow_text_output=self.output is None,
         )
-        response = await self.model.request(self.messages, self._step_settings(), params)
+        with tracing.requesting_model(self.model.model_name, self.model.system) as span:
+            response = await self.model.request(self.messages, self._step_settings(), params)
+            tracing.model_answered(span, response)
         response = storable_response(response, self.totals.tool_call_ids)
         response.run_id = self.ctx.run_id
         self._add(response)

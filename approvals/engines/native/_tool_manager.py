@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeAlias
 
 import anyio
 
+from ... import tracing
 from ...exceptions import (
     ApprovalRequired,
     ModelRetry,
@@ -227,7 +228,7 @@ class ToolManager(Generic[AgentDepsT]):
         call_ctx = self.call_context(ctx, call, approved=approved)
         result: ToolReturn | None = None
         try:
-            with anyio.move_on_after(timeout):
+            with anyio.move_on_after(timeout), tracing.executing_tool(tool.name, call.tool_call_id):
                 result = await tool.call(call_ctx, validated.args)
         except ModelRetry as exc:
             return self._retry(call, exc.message)

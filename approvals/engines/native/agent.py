@@ -18,6 +18,7 @@ import anyio
 from typing_extensions import TypeVar
 
 from ...exceptions import ToolDefinitionError, UserError
+from ...logs import with_run
 from ._history import pending_tool_calls, run_id_of
 from ._output import OutputSchema
 from ._persistence import NO_PERSISTENCE, RunPersistence
@@ -243,7 +244,8 @@ class Agent(Generic[AgentDepsT, OutputT]):
             agent_name=self.name,
             persistence=persistence or NO_PERSISTENCE,
         )
-        output = await run.run(prompt, deferred_tool_results)
+        with with_run(run_id):  # the run's log lines name it, in a worker or not
+            output = await run.run(prompt, deferred_tool_results)
         return AgentRunResult(
             output=output,
             run_id=run_id,

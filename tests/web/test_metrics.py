@@ -1,0 +1,204 @@
+"""`/metrics` after a scripted sequence, parsed with prometheus_client's own parser, on SQLite and PostgreSQL.
+
+The numbers are read from the database at scrape time, so a second app on the same database
+(another process's worth) answers the same numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from approvals.calls.verdicts import Approve
+from approvals.policy import load_rules
+from approvals.store import SYSTEM, Actor
+from approvals.store.metrics_queries import failure_reason
+from approvals.worker.resumer import AgentRegistry
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
+
+from ..store.conftest import execute
+from .conftest import WebApp
+from .test_gate import asking_client, gate_call
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
+README = ROOT / "README.md"
+
+pytestmark = pytest.mark.anyio
+
+FIXED_NAMES = {
+    "approvals_pending_calls",
+    "approvals_oldest_pending_call_age_seconds",
+    "approvals_decisions",
+    "approvals_decision_latency_seconds",
+    "approvals_rule_decisions",
+    "approvals_expired_calls",
+    "approvals_runs",
+    "approvals_run_failures",
+    "approvals_resumes",
+    "approvals_resume_duration_seconds",
+    "approvals_deliverer_lag_events",
+    "approvals_gate_waits",
+    "approvals_gate_wait_seconds",
+    "approvals_database_up",
+}
+"""The contract's names as the parser gives them (counters without `_total`); fallbacks are not recorded."""
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def scrape(web: WebApp, app: Any = None) -> str:
+    async with web.client() if app is None else _client(app) as client:
+        response = await client.get("/metrics", headers={"Authorization": f"Bearer {web.tokens['admin']}"})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+def _client(app: Any) -> Any:
+    import httpx
+
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+
+
+async def _script(web: WebApp) -> None:
+    """Four gate calls: one denied on the web page, one approved over the API, one expired, one left waiting;
+    and a run that failed."""
+    async with await asking_client(web) as agent:
+        calls = []
+        for n in range(4):
+            body = gate_call(session_id=f"s-{n}", idempotency_key=f"k-{n}", approval_ttl=3600 if n == 2 else None)
+            response = await agent.post("/api/gate/calls", json={k: v for k, v in body.items() if v is not None})
+            assert response.status_code in (200, 201, 202), response.text
+            calls.append(response.json()["call_id"])
+    alice, csrf = await web.login("alice")
+    denied = await alice.post(f"/calls/{calls[0]}/deny", data={"reason": "not this one", "csrf_token": csrf})
+    assert denied.status_code < 400, denied.text
+    await alice.aclose()
+    async with web.api("reviewer") as reviewer:
+        approved = await reviewer.post(f"/api/calls/{calls[1]}/decision", json={"verdict": "approve"})
+        assert approved.status_code == 200, approved.text
+    assert await web.store.expire(now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) == 1
+    run_id = (await web.store.get_call(calls[3])).run_id
+    # a failed run as the resumer writes it (`Type: message`); the scripted gate runs never fail on their own
+    await execute(
+        web.store, "UPDATE runs SET status = 'failed', error = :e WHERE id = :id", e="ValueError: x", id=run_id
+    )
+
+
+async def test_metrics_after_a_scripted_sequence(web: WebApp, db_url: str) -> None:
+    await _script(web)
+    text = await scrape(web)
+    got = samples(text)
+    assert {family.name for family in text_string_to_metric_families(text)} >= FIXED_NAMES
+    assert got[("approvals_database_up", ())] == 1
+    assert got[("approvals_decisions_total", (("channel", "web"), ("verdict", "deny")))] == 1
+    assert got[("approvals_decisions_total", (("channel", "api"), ("verdict", "approve")))] == 1
+    assert sum(v for (name, _), v in got.items() if name == "approvals_decisions_total") == 2
+    assert got[("approvals_expired_calls_total", ())] == 1
+    assert got[("approvals_pending_calls", (("agent", "billing-service"), ("tool", "refund")))] == 1
+    assert got[("approvals_oldest_pending_call_age_seconds", ())] >= 0
+    assert got[("approvals_decision_latency_seconds_count", ())] == 2
+    assert got[("approvals_decision_latency_seconds_bucket", (("le", "+Inf"),))] == 2
+    assert got[("approvals_run_failures_total", (("reason", "ValueError"),))] == 1
+    assert got[("approvals_runs", (("status", "failed"),))] == 1
+    assert got[("approvals_gate_waits_total", (("engine", "gate"),))] == 3  # denied, approved, expired
+    assert got[("approvals_gate_wait_seconds_count", ())] == 3
+    # another process's worth: a second app on the same database answers the same numbers
+    second = create_app(Settings(database_url=db_url, worker=False, secret_key="test-secret"), registry=AgentRegistry())
+    async with second.router.lifespan_context(second):
+        again = samples(await scrape(web, second))
+    age = ("approvals_oldest_pending_call_age_seconds", ())
+    assert {k: v for k, v in again.items() if k != age} == {k: v for k, v in got.items() if k != age}
+
+
+async def test_metrics_need_the_scope(web: WebApp) -> None:
+    async with web.client() as nobody:
+        assert (await nobody.get("/metrics")).status_code == 401
+    reader = await web.store.create_token("reader", role="viewer", actor=SYSTEM, scopes=["runs:read"])
+    scraper = await web.store.create_token("scraper", role="viewer", actor=SYSTEM, scopes=["metrics:read"])
+    async with web.client(headers={"Authorization": f"Bearer {reader}"}) as client:
+        assert (await client.get("/metrics")).status_code == 403
+    async with web.client(headers={"Authorization": f"Bearer {scraper}"}) as client:
+        assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_public_metrics_and_a_database_outage(db_url: str, tmp_path: Any) -> None:
+    settings = Settings(database_url=db_url, worker=False, secret_key="test-secret", metrics_public=True)
+    app = create_app(settings, registry=AgentRegistry())
+    async with app.router.lifespan_context(app), _client(app) as client:
+        assert samples((await client.get("/metrics")).text)[("approvals_database_up", ())] == 1
+        await app.state.context.db.dispose()
+        original = app.state.context.db.read
+
+        def down() -> Any:
+            raise OSError("connection refused")
+
+        app.state.context.db.read = down
+        try:
+            response = await client.get("/metrics")
+        finally:
+            app.state.context.db.read = original
+    assert response.status_code == 200
+    assert samples(response.text) == {("approvals_database_up", ()): 0}
+
+
+async def test_a_decision_records_its_channel(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        call_id = (await agent.post("/api/gate/calls", json=gate_call())).json()["call_id"]
+    call = await web.store.get_call(call_id)
+    slack = Actor(id="bob", role="reviewer", channel="slack")
+    await web.store.decide(call_id, Approve(args_digest=call.current_digest), actor=slack)
+    got = samples(await scrape(web))
+    assert got[("approvals_decisions_total", (("channel", "slack"), ("verdict", "approve")))] == 1
+    trail = await web.store.audit_events(action="call.approved", run_id=call.run_id)
+    assert [(event.details or {}).get("channel") for event in trail.items] == ["slack"]
+    async with web.store.db.read() as session:
+        channels = (
+            await session.execute(text("SELECT channel FROM decisions WHERE call_id = :c"), {"c": call_id})
+        ).all()
+    assert [row[0] for row in channels] == ["slack"]
+
+
+def test_failure_reasons() -> None:
+    assert failure_reason("ValueError: bad") == "ValueError"
+    assert failure_reason("httpx.ReadTimeout: slow") == "ReadTimeout"
+    assert failure_reason("the database refused to store the run's latest step: x") == "database"
+    assert failure_reason("model said no") == "other"
+    assert failure_reason(None) == "unknown"
+
+
+async def test_a_rule_allow_counts_for_its_rule_not_for_people(web: WebApp) -> None:
+    rules = "rules:\n  - name: small-refunds\n    tool: refund\n    when: args.amount < 50\n    effect: allow\n"
+    await web.store.apply_rules(load_rules(rules), actor=SYSTEM)
+    async with await asking_client(web) as agent:
+        response = await agent.post("/api/gate/calls", params={"wait": 0}, json=gate_call())
+    assert response.json()["decided_by"] == "rule:small-refunds"
+    got = samples(await scrape(web))
+    assert got[("approvals_rule_decisions_total", (("effect", "allow"), ("rule", "small-refunds")))] == 1
+    assert not [name for name, _ in got if name == "approvals_decisions_total"]
+    assert got[("approvals_decision_latency_seconds_count", ())] == 0
+
+
+async def test_every_metric_the_dashboard_and_the_readme_name_is_served(web: WebApp) -> None:
+    """docs/grafana-dashboard.json and the README's table query only what `/metrics` serves, so no panel stays empty."""
+    served = {family.name for family in text_string_to_metric_families(await scrape(web))}
+    served |= {f"{name}_total" for name in served}  # the parser names a counter without its _total
+    named = set(re.findall(r"approvals_[a-z_]+", DASHBOARD.read_text()))
+    section = README.read_text().split("## Running it in production", 1)[1].split("\n## ", 1)[0]
+    named |= set(re.findall(r"`(approvals_[a-z_]+)", section))
+    bare = {re.sub(r"_(bucket|count|sum)$", "", name) for name in named}
+    assert sorted(bare - served) == []

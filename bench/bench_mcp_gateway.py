@@ -23,12 +23,11 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _databases import migrated_database
+from bench_gate import tokens, web_process
 
 from approvals.policy.files import parse_rules
 from approvals.store import SYSTEM, Database, Store
@@ -49,14 +49,6 @@ HANDOFFS = 30
 GATEWAY_WAIT = 60
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def filesystem_server() -> Path | None:
     """`mcp-server-filesystem` from tests/clis/install.sh (`APPROVALS_CLIS_DIR`, which the Makefile exports)."""
     folder = os.environ.get("APPROVALS_CLIS_DIR")
@@ -64,45 +56,18 @@ def filesystem_server() -> Path | None:
     return binary if binary is not None and binary.exists() else None
 
 
-@contextmanager
-def web_process(database_url: str) -> Iterator[str]:
-    """`approvals serve --no-worker` on a free port; its URL."""
-    port = free_port()
-    env = {**os.environ, "APPROVALS_SECRET_KEY": "bench-mcp", "APPROVALS_GATE_MAX_WAIT": "120"}
-    command = [str(APPROVALS), "serve", "--database-url", database_url, "--port", str(port), "--no-worker"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("approvals serve did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def prepare(database_url: str) -> tuple[str, str]:
-    """A token the gateway asks with (`calls:ask`), a reviewer's own token, and the rule that lets reads through."""
+    """The gate's tokens (`bench_gate.tokens`: one that asks, a reviewer's own), and the rule that lets reads through."""
+    asking, deciding = tokens(database_url)
 
-    async def make() -> tuple[str, str]:
+    async def allow_reads() -> None:
         store = Store(Database(database_url))
-        asking = await store.create_token("bench-gateway", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
-        await store.create_user("rita", "bench-password-1", role="reviewer", actor=SYSTEM)
-        deciding = await store.create_token("rita", role="reviewer", actor=SYSTEM, user="rita")
         [reads] = parse_rules([{"name": "reads", "engine": "mcp", "tool": "read_text_file", "effect": "allow"}])
         await store.save_rule(reads, actor=SYSTEM)
         await store.db.dispose()
-        return asking, deciding
 
-    return asyncio.run(make())
+    asyncio.run(allow_reads())
+    return asking, deciding
 
 
 def gateway_transport(config: Path, url: str, token: str, log: Path) -> Any:
@@ -185,7 +150,7 @@ def bench_pass_through(kind: str) -> None:
         asking, _ = prepare(database_url)
         folder = Path(scratch) / "files"
         folder.mkdir()
-        with web_process(database_url) as url:
+        with web_process(database_url) as (url, _):
             asyncio.run(pass_through(folder, binary, url, asking, kind))
 
 
@@ -274,7 +239,7 @@ async def handoffs(scratch: Path, url: str, asking: str, deciding: str, kind: st
 def bench_handoff(kind: str) -> None:
     with migrated_database(kind) as database_url, tempfile.TemporaryDirectory() as scratch:
         asking, deciding = prepare(database_url)
-        with web_process(database_url) as url:
+        with web_process(database_url) as (url, _):
             asyncio.run(handoffs(Path(scratch), url, asking, deciding, kind))
 
 

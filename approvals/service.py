@@ -105,8 +105,8 @@ class ApprovalService:
                 call = await self.store.get_call(call_id)
                 edited = await self.validate_edit(call, verdict.args)
                 verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
-            with tracing.deciding(call_id, verdict, await tracing.call_trace_context(self.store, call_id)):
-                decided = await self.store.decide(call_id, verdict, actor=actor)
+            with tracing.deciding(call_id, verdict) as trace:
+                decided, trace.run_trace_context = await self.store.record_verdict(call_id, verdict, actor=actor)
             logger.info("call %s (%s) decided by %s: %s", call_id, decided.tool_name, actor.id, decided.status)
             return decided
 

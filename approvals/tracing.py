@@ -14,6 +14,7 @@ helper returns at once and nothing is recorded or stored.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,12 +22,12 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, Span, SpanKind
+from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = (
     "TRACER_NAME",
-    "call_trace_context",
+    "DecisionTrace",
     "carrier",
     "continued",
     "deciding",
@@ -189,28 +190,48 @@ def requesting_call(engine: str, source: str, tool_name: str, tool_call_id: str)
         yield
 
 
+class DecisionTrace:
+    """What `deciding` learns while a verdict is recorded: the trace context of the call's run."""
+
+    __slots__ = ("run_trace_context",)
+
+    def __init__(self) -> None:
+        self.run_trace_context: Mapping[str, str] | None = None
+
+
 @contextmanager
-def deciding(call_id: str, verdict: object, stored: Mapping[str, str] | None) -> Iterator[None]:
-    """`approvals.decide`: a person's verdict, in the trace of the call's run (`stored`), linked to the request."""
+def deciding(call_id: str, verdict: object) -> Iterator[DecisionTrace]:
+    """`approvals.decide`: a person's verdict, in the trace of the call's run, linked to the request.
+
+    The run's context is read with the run's lock by the decision itself (the caller sets it on
+    the yielded `DecisionTrace`), so the span is recorded when the decision ends, with the time
+    it began: nothing is read for the span alone. A decision that fails (refused, conflicting)
+    is recorded with its error, in the current trace.
+    """
+    found = DecisionTrace()
     if not enabled():
-        yield
+        yield found
         return
-    kind = {"EditAndApprove": "edit"}.get(type(verdict).__name__, type(verdict).__name__.lower())
-    attributes = {"approvals.call.id": call_id, "approvals.verdict": kind}
-    parent, links = continued(stored), _current_link() if stored else []
-    with _tracer.start_as_current_span("approvals.decide", context=parent, links=links, attributes=attributes):
-        yield
-
-
-async def call_trace_context(store: Any, call_id: str) -> dict[str, str] | None:
-    """The stored trace context of a call's run; read only when tracing (the decision's parent)."""
-    if not enabled():
-        return None
-    from sqlalchemy import select
-
-    from .store.models import RunRow, ToolCallRow
-
-    query = select(RunRow.trace_context).join(ToolCallRow, ToolCallRow.run_id == RunRow.id)
-    async with store.db.read() as session:
-        found: dict[str, str] | None = await session.scalar(query.where(ToolCallRow.id == call_id))
-    return found
+    started = time.time_ns()
+    links = _current_link()
+    error: BaseException | None = None
+    try:
+        yield found
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        kind = {"EditAndApprove": "edit"}.get(type(verdict).__name__, type(verdict).__name__.lower())
+        attributes = {"approvals.call.id": call_id, "approvals.verdict": kind}
+        stored = found.run_trace_context
+        span = _tracer.start_span(
+            "approvals.decide",
+            context=continued(stored),
+            links=links if stored else [],
+            attributes=attributes,
+            start_time=started,
+        )
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()

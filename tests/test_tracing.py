@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from approvals import tracing
-from approvals.store import SYSTEM
+from approvals.calls.verdicts import Approve
+from approvals.exceptions import Conflict
+from approvals.store import SYSTEM, Actor
 from approvals.worker.resumer import AgentRegistry, Resumer
 from approvals_web.telemetry import exporter_from_environment
 
@@ -199,3 +203,36 @@ def test_a_stored_context_is_continued() -> None:
         True,
     )
     assert tracing.continued(None) is None
+
+
+async def test_a_decision_span_covers_the_decision_and_a_refused_one_says_why(
+    web: WebApp,  # noqa: F811 - the shared fixture
+    exporter: InMemorySpanExporter,
+) -> None:
+    """The run's context comes with the decision's own read of the run, so the span is made when it ends: it must
+    still start before the decision was written and sit in the run's trace. A refused decision read no context
+    (its transaction rolled back): its span carries the error, in the caller's trace."""
+    service = web.app.state.context.service
+    run_id = await service.start_run("shop", "refund", actor=Actor("svc", "reviewer"), deps={"log": "/dev/null"})
+    await service.resumer.resume(run_id)
+    stored = (await web.store.get_run(run_id)).trace_context
+    calls = {call.tool_name: call for call in await web.store.run_calls(run_id)}
+    exporter.clear()
+    before = time.time_ns()
+    await service.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
+    with pytest.raises(Conflict):
+        await service.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    after = time.time_ns()
+    spans = [s for s in exporter.get_finished_spans() if s.name == "approvals.decide"]
+    assert len(spans) == 2
+    decided = (await web.store.audit_events(action="call.approved", run_id=run_id)).items[0].at.timestamp() * 1e9
+    for span in spans:
+        assert span.start_time is not None and span.end_time is not None
+        assert before <= span.start_time <= span.end_time <= after
+    first, refused = spans
+    run_trace = stored["traceparent"].split("-")[1]
+    assert [f"{s.get_span_context().trace_id:032x}" == run_trace for s in spans] == [True, False]  # type: ignore[union-attr]
+    assert first.start_time is not None and first.start_time <= decided + 1e6  # begun before the write (+1 ms: clocks)
+    assert first.status.status_code is StatusCode.UNSET
+    assert refused.status.status_code is StatusCode.ERROR and "Conflict" in (refused.status.description or "")
+    assert [event.name for event in refused.events] == ["exception"]

@@ -46,11 +46,14 @@ def _param(name: str, type_: Any = None) -> Any:
 
 
 LOCK_RUN = (
-    select(RunRow.started_by, RunRow.status, RunRow.engine)
+    select(RunRow.started_by, RunRow.status, RunRow.engine, RunRow.trace_context)
     .where(RunRow.id == select(CALLS.c.run_id).where(CALLS.c.id == _param("call_id")).scalar_subquery())
     .with_for_update()
 )
-"""The call's run, locked first: every writer of a run's calls holds its run, so they take turns."""
+"""The call's run, locked first: every writer of a run's calls holds its run, so they take turns.
+
+Its trace context comes along for the decision's span (`tracing.deciding`): a column of a row
+read anyway, where a read of its own cost a decision on SQLite half again its time."""
 LOCK_CALL = (
     select(
         CALLS,
@@ -172,6 +175,7 @@ def call_facts(run: Mapping[Any, Any], call: Mapping[Any, Any], standing: Iterab
         started_by=run["started_by"],
         run_status=RunStatus(run["status"]),
         run_engine=run["engine"],
+        run_trace_context=run["trace_context"],
         others_open=others_open,
         standing={approved: frozenset(actors) for approved, actors in approvers.items()},
     )

@@ -197,6 +197,16 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
         async with self.transaction() as tx:
             tx.audit(actor_id, "call.refused", "gate", engine, details={"reason": reason, **details})
 
+    async def record_fallback(self, call: ToolCallRow, *, fallback: str, waited: float, actor_id: str) -> None:
+        """Audit a hook answered with its fallback because nobody decided within its wait (`call.fallback`).
+
+        The call stays pending: the CLI asks its user or denies, and a later decision still
+        counts when the model asks again. The event is what `/metrics` counts as a gate fallback.
+        """
+        details = {"fallback": fallback, "waited_seconds": round(waited, 3)}
+        async with self.transaction() as tx:
+            tx.record(call_event(actor_id, "call.fallback", call, details))
+
 
 def _request(
     tx: Tx,

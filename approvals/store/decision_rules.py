@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..calls import options as _options  # the module, not its names: it imports the store in turn
 from ..calls.canonical import digest
@@ -60,10 +60,19 @@ class CallFacts:
     run_status: RunStatus
     run_engine: str
     """The engine of the call's run: who continues it once its calls are decided."""
+    run_trace_context: dict[str, str] | None
+    """The W3C trace context the call's run started in (`approvals.tracing`): the decision's span joins it."""
     others_open: bool
     """Whether another call of the run still waits for a person."""
     standing: dict[str, frozenset[str]]
     """Who holds a standing approval, by the digest they approved (read for quorum calls only)."""
+
+
+class Decided(NamedTuple):
+    """A recorded verdict: the call as it is afterwards, and the trace its run started in."""
+
+    call: ToolCallRow
+    run_trace_context: dict[str, str] | None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ._run_writes import Tx, ready_if_decided
 from ._writes import utcnow
 from .audit import call_event
 from .backends.postgres_decisions import pg_decide
-from .decision_rules import CallFacts, DecisionPlan, check_verdict, plan_decision, settled
+from .decision_rules import CallFacts, Decided, DecisionPlan, check_verdict, plan_decision, settled
 from .models import RunRow, ToolCallRow
 from .notify import PENDING_CHANNEL
 
@@ -34,6 +34,10 @@ class DecisionOps(StoreBase):
 
     async def decide(self, call_id: str, verdict: Verdict, *, actor: Actor) -> ToolCallRow:
         """Record one reviewer's verdict; returns the call as it is afterwards."""
+        return (await self.record_verdict(call_id, verdict, actor=actor)).call
+
+    async def record_verdict(self, call_id: str, verdict: Verdict, *, actor: Actor) -> Decided:
+        """`decide`, also saying the trace context of the call's run (read with the run's lock, no extra read)."""
         check_verdict(verdict, actor)  # refused before anything is read or written
         now = utcnow()
         if self.db.is_postgres:
@@ -41,7 +45,7 @@ class DecisionOps(StoreBase):
         facts, plan = await self.run_statements(lambda tx: _decide(tx, call_id, verdict, actor, now))
         for column, value in plan.call_changes.items():
             setattr(facts.call, column, value)
-        return facts.call
+        return Decided(facts.call, facts.run_trace_context)
 
     async def expire(self, *, now: dt.datetime | None = None, limit: int = 500) -> int:
         """Deny pending calls whose time to decide ran out; returns how many expired."""

@@ -149,9 +149,10 @@ class FollowUpOps(StoreBase):
         return await self.run_statements(lambda tx: _follow_up(tx, call_id, step, due_at, tuple(groups), utcnow()))
 
     async def follow_up_events(self, run_id: str) -> list[AuditEventRow]:
-        """The audit events of the reminders and escalations of a run's calls, oldest first (what the timeline says)."""
+        """The audit events of the reminders, escalations and hook fallbacks of a run's calls, oldest first (what the
+        timeline says happened while they waited)."""
         query = select(AuditEventRow).where(
-            AuditEventRow.run_id == run_id, AuditEventRow.action.in_(list(FOLLOW_UP_ACTIONS.values()))
+            AuditEventRow.run_id == run_id, AuditEventRow.action.in_([*FOLLOW_UP_ACTIONS.values(), "call.fallback"])
         )
         async with self.db.read() as session:
             return list((await session.scalars(query.order_by(AuditEventRow.id))).all())

@@ -85,6 +85,8 @@ class ClaimedRun:
     deps: Any
     message_count: int
     lease_expires_at: dt.datetime
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context the run was started in (`approvals.tracing`), for the resume to continue."""
     history: list[ModelMessage] = field(default_factory=list)
     """The stored messages from `history_from` on, read in the claiming transaction."""
     history_from: int = 0
@@ -107,6 +109,7 @@ class _Claimable(NamedTuple):
     prompt: str | None
     deps: Any
     message_count: int
+    trace_context: dict[str, str] | None
 
 
 def _history_from(ask: _Claim, run: _Claimable) -> int:
@@ -155,6 +158,7 @@ def _claimed(
         deps=run.deps,
         message_count=run.message_count,
         lease_expires_at=lease_expires_at,
+        trace_context=run.trace_context,
         history=history,
         history_from=history_from,
         decided_calls=decided,
@@ -439,6 +443,7 @@ _CLAIMABLE_RUN_COLUMNS = (
     RunRow.prompt,
     RunRow.deps,
     RunRow.message_count,
+    RunRow.trace_context,
 )
 _DECIDED_CALL_COLUMNS = (
     ToolCallRow.id,

@@ -3,7 +3,7 @@
 Nothing is counted in a process, so any web process answers the same numbers. Counters are
 counts of rows that never go away (decisions, settled calls, audit events); histograms are
 bucketed in SQL (`CASE` per bucket over all rows), so they stay monotonic however many rows
-there are. One scrape is eleven aggregate statements in one read transaction.
+there are. One scrape is twelve aggregate statements in one read transaction.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, select
-from sqlalchemy.orm import aliased
 
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus
 from ._writes import SYSTEM_ACTOR_ID
@@ -55,6 +54,8 @@ class MetricsSnapshot:
     deliverer_lag: dict[str, int] = field(default_factory=dict)
     gate_waits: list[tuple[str, int]] = field(default_factory=list)
     gate_wait: Histogram = Histogram((0,) * (len(BUCKETS) + 1), 0, 0.0)
+    gate_fallbacks: list[tuple[str, str, int]] = field(default_factory=list)
+    """Hook answers given by the fallback (nobody decided within the wait), by engine and fallback."""
 
 
 def failure_reason(error: str | None) -> str:
@@ -142,15 +143,22 @@ async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.dateti
         for error, count in errors:
             reason = failure_reason(error)
             snapshot.failures[reason] = snapshot.failures.get(reason, 0) + int(count)
-        resumed, settle = aliased(AuditEventRow), aliased(AuditEventRow)
-        settled_at = (
-            select(func.min(settle.at))
-            .where(settle.run_id == resumed.run_id, settle.id > resumed.id, settle.action.in_(SETTLE_ACTIONS))
-            .scalar_subquery()
+        # each resume's next stretch-ending event of its run, in one pass (a window over the run's events):
+        # a correlated "first settle after it" was a lookup per resume, 2.3 s a scrape at 10 000 runs
+        events = AuditEventRow
+        steps = (
+            select(
+                events.action,
+                events.at,
+                func.lead(events.action).over(partition_by=events.run_id, order_by=events.id).label("next_action"),
+                func.lead(events.at).over(partition_by=events.run_id, order_by=events.id).label("next_at"),
+            )
+            .where(events.action.in_(("run.resumed", *SETTLE_ACTIONS)))
+            .subquery()
         )
-        durations = select(_seconds(resumed.at, settled_at, dialect).label("seconds")).where(
-            resumed.action == "run.resumed"
-        )
+        # a resume followed by another (its worker died and another took the run over) never settled
+        settled = case((steps.c.next_action.in_(SETTLE_ACTIONS), _seconds(steps.c.at, steps.c.next_at, dialect)))
+        durations = select(settled.label("seconds")).where(steps.c.action == "run.resumed")
         seconds = durations.subquery().c.seconds
         resume_row = (
             await session.execute(
@@ -171,8 +179,6 @@ async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.dateti
         )
         snapshot.deliverer_lag = {site: max(0, int(behind or 0)) for site, behind in lag}
         if engines:
-            gate_calls = select(RunRow.id).where(RunRow.engine.in_(engines)).scalar_subquery()
-            gated = calls.run_id.in_(gate_calls)
             waits = await session.execute(
                 select(RunRow.engine, func.count())
                 .join(calls, calls.run_id == RunRow.id)
@@ -181,9 +187,21 @@ async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.dateti
             )
             snapshot.gate_waits = [(engine, int(count)) for engine, count in waits]
             gate_row = (
-                await session.execute(select(*_histogram_columns(waited)).where(gated, calls.decided_at.is_not(None)))
+                await session.execute(
+                    select(*_histogram_columns(waited))
+                    .join(RunRow, RunRow.id == calls.run_id)
+                    .where(RunRow.engine.in_(engines), calls.decided_at.is_not(None))
+                )
             ).one()
             snapshot.gate_wait = _histogram(gate_row)
+            fallback = AuditEventRow.details["fallback"].as_string()
+            fallbacks = await session.execute(
+                select(RunRow.engine, fallback, func.count())
+                .join(RunRow, RunRow.id == AuditEventRow.run_id)
+                .where(AuditEventRow.action == "call.fallback")
+                .group_by(RunRow.engine, fallback)
+            )
+            snapshot.gate_fallbacks = [(engine, str(kind), int(count)) for engine, kind, count in fallbacks]
     return snapshot
 
 

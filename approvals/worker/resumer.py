@@ -339,10 +339,11 @@ class Resumer:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_lease, claimed.run_id, lease)
-                stored = (await self.store.get_run(claimed.run_id)).trace_context if tracing.enabled() else None
                 with (
                     with_run(claimed.run_id),  # every line logged while it runs names the run
-                    tracing.resuming(claimed.run_id, claimed.agent_name, stored, resumed=claimed.message_count > 0),
+                    tracing.resuming(
+                        claimed.run_id, claimed.agent_name, claimed.trace_context, resumed=claimed.message_count > 0
+                    ),
                 ):
                     await self._continue(claimed, lease)
                 group.cancel_scope.cancel()

@@ -15,6 +15,7 @@ from approvals.worker.follow_ups import Plans, scan_follow_ups
 
 from ..worker.test_follow_ups import ask
 from .conftest import WebApp
+from .test_gate import asking_client, claude_input, decision_of, hook
 
 pytestmark = pytest.mark.anyio
 
@@ -42,3 +43,16 @@ async def test_the_pages_say_when_a_call_was_reminded_and_escalated_and_to_whom(
     assert re.fullmatch(expected, escalated), escalated
     call_page = await client.get(f"/calls/{call.id}")  # no timeline there: the call's card says the same
     assert said(call_page.text) == [reminded, escalated]
+
+
+async def test_the_pages_say_when_a_hook_answered_its_fallback(web: WebApp) -> None:
+    async with await asking_client(web) as agent:
+        answered = decision_of(await hook(agent, claude_input(), fallback="ask"))
+    assert answered[0] == "ask"
+    [call] = (await web.store.list_calls()).items
+    client, _ = await web.login("alice")
+    for page in (f"/runs/{call.run_id}", f"/calls/{call.id}"):
+        [told] = said((await client.get(page)).text)
+        expected = r"Nobody had decided it within the hook's wait \(0 s\), so at .+ UTC the hook answered ask: "
+        expected += r"the call still waits\."
+        assert re.fullmatch(expected, told), told

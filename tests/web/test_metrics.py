@@ -7,10 +7,15 @@ The numbers are read from the database at scrape time, so a second app on the sa
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
@@ -23,9 +28,10 @@ from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
+from ..processes import free_port, stop, wait_until_answering
 from ..store.conftest import execute
 from .conftest import WebApp
-from .test_gate import asking_client, gate_call
+from .test_gate import asking_client, claude_input, gate_call, hook
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
@@ -47,9 +53,10 @@ FIXED_NAMES = {
     "approvals_deliverer_lag_events",
     "approvals_gate_waits",
     "approvals_gate_wait_seconds",
+    "approvals_gate_fallbacks",
     "approvals_database_up",
 }
-"""The contract's names as the parser gives them (counters without `_total`); fallbacks are not recorded."""
+"""The contract's names as the parser gives them (counters without `_total`)."""
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -99,7 +106,7 @@ async def _script(web: WebApp) -> None:
     )
 
 
-async def test_metrics_after_a_scripted_sequence(web: WebApp, db_url: str) -> None:
+async def test_metrics_after_a_scripted_sequence(web: WebApp, db_url: str, tmp_path: Path) -> None:
     await _script(web)
     text = await scrape(web)
     got = samples(text)
@@ -117,12 +124,31 @@ async def test_metrics_after_a_scripted_sequence(web: WebApp, db_url: str) -> No
     assert got[("approvals_runs", (("status", "failed"),))] == 1
     assert got[("approvals_gate_waits_total", (("engine", "gate"),))] == 3  # denied, approved, expired
     assert got[("approvals_gate_wait_seconds_count", ())] == 3
-    # another process's worth: a second app on the same database answers the same numbers
-    second = create_app(Settings(database_url=db_url, worker=False, secret_key="test-secret"), registry=AgentRegistry())
-    async with second.router.lifespan_context(second):
-        again = samples(await scrape(web, second))
+    # another process: `approvals serve` on the same database answers the same numbers
+    again = samples(await anyio.to_thread.run_sync(scrape_in_own_process, db_url, tmp_path))
     age = ("approvals_oldest_pending_call_age_seconds", ())
     assert {k: v for k, v in again.items() if k != age} == {k: v for k, v in got.items() if k != age}
+
+
+def scrape_in_own_process(db_url: str, tmp_path: Path) -> str:
+    """`/metrics` of `approvals serve` started as its own process on `db_url` (metrics public, no worker)."""
+    port, log = free_port(), tmp_path / "served.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVALS_")}
+    env |= {"APPROVALS_DATABASE_URL": db_url, "APPROVALS_METRICS_PUBLIC": "true", "APPROVALS_SECRET_KEY": "s"}
+    with log.open("w") as output:
+        served = subprocess.Popen(
+            [sys.executable, "-m", "approvals.cli", "serve", "--port", str(port), "--no-worker"],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until_answering(served, f"http://127.0.0.1:{port}/healthz", log, seconds=120)
+        response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30)
+    finally:
+        stop(served)
+    assert response.status_code == 200, response.text
+    return response.text
 
 
 async def test_metrics_need_the_scope(web: WebApp) -> None:
@@ -171,6 +197,43 @@ async def test_a_decision_records_its_channel(web: WebApp) -> None:
             await session.execute(text("SELECT channel FROM decisions WHERE call_id = :c"), {"c": call_id})
         ).all()
     assert [row[0] for row in channels] == ["slack"]
+
+
+async def test_resumes_and_hook_fallbacks_are_counted(web: WebApp, tmp_path: Path) -> None:
+    """A native run paused, approved and resumed is two resumes with their durations; a hook that nobody answered
+    within its wait is one fallback, by engine and fallback."""
+    service = web.app.state.context.service
+    starter = Actor("svc", "reviewer")
+    run_id = await service.start_run("shop", "refund A-1", actor=starter, deps={"log": str(tmp_path / "tools.log")})
+    await service.resumer.resume(run_id)
+    calls = {call.tool_name: call for call in await web.store.run_calls(run_id)}
+    alice, bob = Actor("alice", "reviewer", channel="api"), Actor("bob", "reviewer", channel="api")
+    await service.decide(calls["refund"].id, Approve(args_digest=calls["refund"].current_digest), actor=alice)
+    for reviewer in (alice, bob):
+        digest = calls["delete_customer"].current_digest
+        await service.decide(calls["delete_customer"].id, Approve(args_digest=digest), actor=reviewer)
+    await service.resumer.resume(run_id)
+    assert (await web.store.get_run(run_id)).status == "completed"
+    async with await asking_client(web) as agent:
+        for cli, fallback in (("claude-code", "ask"), ("claude-code", "deny"), ("codex", "deny")):
+            body = claude_input(session_id=f"{cli}-{fallback}", tool_use_id=f"toolu_{fallback}")
+            await hook(agent, body, cli, fallback=fallback)
+    got = samples(await scrape(web))
+    assert got[("approvals_resumes_total", ())] == 2
+    assert got[("approvals_resume_duration_seconds_count", ())] == 2
+    assert got[("approvals_resume_duration_seconds_bucket", (("le", "1.0"),))] == 2
+    assert got[("approvals_resume_duration_seconds_sum", ())] > 0
+    assert got[("approvals_runs", (("status", "completed"),))] == 1
+    fallbacks = {labels: v for (name, labels), v in got.items() if name == "approvals_gate_fallbacks_total"}
+    assert fallbacks == {
+        (("engine", "claude_code"), ("fallback", "ask")): 1,
+        (("engine", "claude_code"), ("fallback", "deny")): 1,
+        (("engine", "codex"), ("fallback", "deny")): 1,
+    }
+    assert (await web.store.audit_events(action="call.fallback", run_id=run_id)).items == []  # asked no hook
+    trail = (await web.store.audit_events(action="call.fallback")).items
+    assert sorted((e.details or {})["fallback"] for e in trail) == ["ask", "deny", "deny"]
+    assert all((e.details or {})["waited_seconds"] >= 0 and e.subject_type == "call" for e in trail)
 
 
 def test_failure_reasons() -> None:

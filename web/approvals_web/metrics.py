@@ -8,8 +8,7 @@ holds the truth. A database that cannot be reached is `approvals_database_up 0` 
 else, still answered 200, so the scrape itself reports the outage.
 
 Access: a bearer token whose scope includes `metrics:read` (an unscoped token of any role too),
-or nothing with `APPROVALS_METRICS_PUBLIC=true`. `approvals_gate_fallbacks_total` is not served:
-a hook's fallback answer is not recorded anywhere durable (`engines.gate.asking`).
+or nothing with `APPROVALS_METRICS_PUBLIC=true`.
 """
 
 from __future__ import annotations
@@ -90,6 +89,14 @@ class SnapshotCollector(Collector):
             waits.add_metric([engine], count)
         yield waits
         yield _histogram("approvals_gate_wait_seconds", "Gate call asked to decided", s.gate_wait)
+        fallbacks = CounterMetricFamily(
+            "approvals_gate_fallbacks",
+            "Hook answers given by the fallback: nobody decided within the wait",
+            labels=["engine", "fallback"],
+        )
+        for engine, kind, count in s.gate_fallbacks:
+            fallbacks.add_metric([engine, kind], count)
+        yield fallbacks
 
 
 def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:

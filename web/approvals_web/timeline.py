@@ -70,7 +70,7 @@ def timeline(
 
     Calls the history does not hold (a gate's, asked from elsewhere) follow it, oldest first.
     `remembered`: the (rule, version) pairs that approve-and-remember made, so their decisions say so.
-    `follow_ups`: the run's `call.reminded` and `call.escalated` events, told with their calls.
+    `follow_ups`: the run's `call.reminded`, `call.escalated` and `call.fallback` events, told with their calls.
     """
     by_tool_call = {call.tool_call_id: call for call in calls}
     by_call: dict[str, list[DecisionRow]] = {}
@@ -133,7 +133,7 @@ def timeline(
 
 
 def follow_up_words(event: AuditEventRow) -> str | None:
-    """A `call.reminded` or `call.escalated` event as a sentence; None for any other event."""
+    """A `call.reminded`, `call.escalated` or `call.fallback` event as a sentence; None for any other event."""
     details = event.details if isinstance(event.details, dict) else {}
     groups = [str(group) for group in details.get("groups") or ()]
     at = _clock(event.at)
@@ -146,6 +146,11 @@ def follow_up_words(event: AuditEventRow) -> str | None:
         told = ", ".join(groups) or "nobody"
         widened = " who may now approve it too" if details.get("approver_groups") else ""
         return f"Nobody had decided it, so it was escalated at {at} to {told}{widened}."
+    if event.action == "call.fallback":
+        waited = details.get("waited_seconds")
+        within = f" within the hook's wait ({waited:.0f} s)" if isinstance(waited, int | float) else ""
+        answer = str(details.get("fallback") or "its fallback")
+        return f"Nobody had decided it{within}, so at {at} the hook answered {answer}: the call still waits."
     return None
 
 

@@ -9,6 +9,7 @@ of bad input is a denial in the CLI's format, logged and audited, with nothing s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...calls.states import CallStatus
 from ...exceptions import ApprovalsError, Conflict, InvalidArguments, UserError
 from ...logs import with_call, with_run
-from .answers import GateAnswer, answer_for
+from .answers import Decision, GateAnswer, answer_for
 from .hooks import Fallback, HookFormat, HookInputError, Permission, verdict_for
 
 if TYPE_CHECKING:
@@ -107,8 +108,11 @@ async def ask_by_hook(
         request = hook.request(body, approval_ttl=approval_ttl)
         # a call a rule allows is answered `allow` (it is never edited), so the CLI runs it: handed out at once
         call, _ = await service.request_call(request, actor=actor, hand_out=True)
+        asked_at = time.monotonic()
         answer = await _answered(service, call, actor=actor, wait=wait, hand_out=False)
         verdict = verdict_for(hook, answer, fallback=fallback, call_url=call_url(answer.call_id), asked=request.args)
+        if answer.decision is Decision.PENDING:
+            await _audit_fallback(service, hook, call, fallback, time.monotonic() - asked_at, actor)
         if verdict.permission is Permission.ALLOW and answer.status == CallStatus.APPROVED:
             await service.store.hand_out(answer.call_id, actor=actor)  # only what the CLI will run is handed out
     except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
@@ -141,6 +145,17 @@ async def _audit_refusal(service: ApprovalService, hook: HookFormat, reason: str
         await service.store.record_refusal(hook.engine, reason, actor_id=actor.id, details=details)
     except Exception:  # the denial stands even when the record cannot be written
         logger.exception("could not audit a refused %s hook request", hook.cli)
+
+
+async def _audit_fallback(
+    service: ApprovalService, hook: HookFormat, call: ToolCallRow, fallback: Fallback, waited: float, actor: Actor
+) -> None:
+    """Nobody decided within the hook's wait: say so in the audit log (what `/metrics` counts as a fallback)."""
+    logger.info("%s hook: call %s not decided in %.0f s; answered %s", hook.cli, call.id, waited, fallback.value)
+    try:
+        await service.store.record_fallback(call, fallback=fallback.value, waited=waited, actor_id=actor.id)
+    except Exception:  # the fallback answer stands even when the record cannot be written
+        logger.exception("could not audit the fallback of %s hook call %s", hook.cli, call.id)
 
 
 async def _report(service: ApprovalService, hook: HookFormat, body: Any, *, actor: Actor) -> dict[str, Any]:

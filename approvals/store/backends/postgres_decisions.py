@@ -28,8 +28,7 @@ from .._decision_sql import (
     plan_write,
 )
 from ..db import Database
-from ..decision_rules import plan_decision
-from ..models import ToolCallRow
+from ..decision_rules import Decided, plan_decision
 from .postgres import pooled_connection, roll_back
 
 __all__ = ("pg_decide",)
@@ -38,7 +37,7 @@ _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
 
 
-async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> ToolCallRow:
+async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> Decided:
     """Record one verdict; returns the call as it is afterwards."""
     key = {"call_id": call_id}
     reads = [for_psycopg(statement) for statement in (LOCK_RUN, LOCK_CALL, STANDING_APPROVERS)]
@@ -54,7 +53,7 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
                 if run is None or call is None:
                     raise NotFound(f"No call {call_id!r}")
                 facts = call_facts(
-                    {"started_by": run[0], "status": run[1], "engine": run[2]},
+                    {"started_by": run[0], "status": run[1], "engine": run[2], "trace_context": run[3]},
                     dict(zip(LOCK_CALL_COLUMNS, call, strict=True)),
                     [(actor_id, digest) for actor_id, digest in await standing_rows.fetchall()],
                 )
@@ -68,4 +67,4 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
             raise
     for column, value in plan.call_changes.items():
         setattr(facts.call, column, value)
-    return facts.call
+    return Decided(facts.call, facts.run_trace_context)

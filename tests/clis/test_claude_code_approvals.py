@@ -210,6 +210,7 @@ def test_nobody_deciding_denies_by_default_and_the_model_reads_where_to_decide(
     assert refusal["is_error"] is True
     assert f"{approvals.url}/calls/{call.id}" in content_text(refusal)
     assert call.tool_call_id == tool_use_id(call_bash)
+    assert approvals.call_actions(call.run_id) == ["call.requested", "call.fallback"]  # counted by /metrics
 
 
 def test_a_deferred_run_resumed_after_the_approval_runs_the_command_once_asked(
@@ -238,7 +239,8 @@ def test_a_deferred_run_resumed_after_the_approval_runs_the_command_once_asked(
     assert (outcome["tool_use_id"], outcome["is_error"]) == (tool_use_id(call_bash), False)
     [stored] = approvals.calls()  # the resumed run's ask found the same call
     assert (stored.id, stored.status) == (call.id, "succeeded")
-    assert approvals.call_actions(stored.run_id) == RAN
+    # nobody had decided within the hook's wait: its `defer` answer is on the record, then the call ran as usual
+    assert approvals.call_actions(stored.run_id) == [RAN[0], "call.fallback", *RAN[1:]]
     assert approvals.audit_verifies()
 
 

@@ -14,6 +14,8 @@ tool call, so it must start fast.
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
 import os
 import sys
@@ -33,7 +35,8 @@ DEFAULT_WAIT = 55.0
 MAX_INPUT_BYTES = 1024 * 1024
 _RETRY_EVERY = 1.0
 RESTART_GRACE = 10.0
-"""Seconds beyond the wait the hook keeps asking a server that is unreachable or restarting."""
+"""Seconds the hook keeps asking a server it cannot reach: from its start when it never reached the server
+(down from the start), beyond the wait once it did (a restart while it waits)."""
 
 
 class HookFailed(Exception):
@@ -112,6 +115,52 @@ def accepts(cli: str, output: Any, event: str | None = None) -> bool:
     return isinstance(output, dict) and _ACCEPTS[cli](output)
 
 
+class _Reach:
+    """Whether a connection to the server was ever made, and how long the next one may take to connect."""
+
+    def __init__(self) -> None:
+        self.reached = False
+        self.connect_timeout: float | None = None
+
+
+class _Connection(http.client.HTTPConnection):
+    """A connection that connects within `reach.connect_timeout` (what is left of the grace while the server was
+    never reached), then reads with the request's own timeout (a long poll), and records that it connected."""
+
+    def __init__(self, *args: Any, reach: _Reach, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reach = reach
+
+    def connect(self) -> None:
+        read_timeout = self.timeout
+        if self.reach.connect_timeout is not None:
+            self.timeout = self.reach.connect_timeout
+        try:
+            super().connect()
+        finally:
+            self.timeout = read_timeout
+        self.reach.reached = True
+        if self.sock is not None:
+            self.sock.settimeout(read_timeout)
+
+
+class _TLSConnection(http.client.HTTPSConnection, _Connection):
+    """The same over TLS: `HTTPSConnection.connect` wraps the socket `_Connection.connect` opened."""
+
+
+class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """urllib's HTTP and HTTPS handling (proxy settings included), through `_Connection`s."""
+
+    def __init__(self, reach: _Reach) -> None:
+        urllib.request.HTTPHandler.__init__(self)
+        urllib.request.HTTPSHandler.__init__(self)
+        self.reach = reach
+
+    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+        kind = _TLSConnection if issubclass(http_class, http.client.HTTPSConnection) else _Connection
+        return super().do_open(functools.partial(kind, reach=self.reach), req, **kwargs)
+
+
 def ask_server(
     cli: str,
     hook_input: bytes,
@@ -121,22 +170,34 @@ def ask_server(
     wait: float,
     fallback: str | None = None,
     grace: float = RESTART_GRACE,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Our server's answer to this hook input, checked; `HookFailed` when there is none to trust.
 
-    Connection failures and 5xx answers are tried again for `wait` + `grace` seconds in all, so
-    a server that restarts while the hook waits is asked again, about the same call.
+    Connection failures and 5xx answers are tried again. While no connection to the server
+    was ever made (it is down, or the URL is wrong), for `grace` seconds from the start; once
+    one was, for `wait` + `grace` seconds in all, so a server that restarts while the hook
+    waits is asked again, about the same call.
     """
     query = {"wait": f"{wait:g}"} | ({"fallback": fallback} if fallback else {})
     endpoint = f"{url.rstrip('/')}/api/hooks/{urllib.parse.quote(cli)}?{urllib.parse.urlencode(query)}"
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise HookFailed(f"APPROVALS_URL must be an http(s) URL, not {url!r}")
-    deadline = time.monotonic() + wait + grace
+    reach = _Reach()
+    opener = urllib.request.build_opener(_Handler(reach))
+    started = clock()
     last_problem = "no answer"
     while True:
-        remaining = deadline - time.monotonic()
+        now = clock()
+        deadline = started + grace + (wait if reach.reached else 0.0)
+        remaining = deadline - now
         if remaining <= 0:
+            if not reach.reached:
+                raise HookFailed(f"approvals could not be reached within {grace:g} s ({last_problem})")
             raise HookFailed(f"approvals gave no decision in time ({last_problem})")
+        # a connection once made may wait up to the whole wait + grace; making one, only what is left of the grace
+        reach.connect_timeout = remaining
         request = urllib.request.Request(  # noqa: S310 (the scheme is checked above)
             endpoint,
             data=hook_input,
@@ -144,14 +205,14 @@ def ask_server(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=remaining) as response:  # noqa: S310
+            with opener.open(request, timeout=started + wait + grace - now) as response:
                 body = response.read(MAX_INPUT_BYTES + 1)
         except urllib.error.HTTPError as exc:
             if exc.code < 500:
                 raise HookFailed(f"approvals refused the hook request (HTTP {exc.code})") from None
             last_problem = f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
-            last_problem = f"cannot reach {url}: {getattr(exc, 'reason', exc)}"
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            last_problem = f"cannot reach {url}: {getattr(exc, 'reason', None) or exc}"
         else:
             try:
                 output = json.loads(body)
@@ -160,7 +221,8 @@ def ask_server(
             if not accepts(cli, output, _event(hook_input)):
                 raise HookFailed(f"approvals answered in a shape {cli} would not read as meant")
             return dict(output)
-        time.sleep(min(_RETRY_EVERY, max(deadline - time.monotonic(), 0)))
+        deadline = started + grace + (wait if reach.reached else 0.0)
+        sleep(min(_RETRY_EVERY, max(deadline - clock(), 0)))
 
 
 def main(argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:

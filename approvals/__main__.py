@@ -7,8 +7,6 @@ how to get it, in one line and with exit code 2, instead of failing with a trace
 
 from __future__ import annotations
 
-import importlib.metadata
-import re
 import sys
 from typing import NoReturn
 
@@ -17,9 +15,6 @@ __all__ = ("DISTRIBUTION", "INSTALL_HINT", "main", "missing_server_requirements"
 DISTRIBUTION = "agent-approvals"
 INSTALL_HINT = f"pip install '{DISTRIBUTION}[server]'"
 
-_SERVER_EXTRA = re.compile(r"""\bextra\s*==\s*["']server["']""")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
 
 def missing_server_requirements() -> list[str]:
     """The distributions of the `server` extra, as the installed metadata lists them, that are not installed.
@@ -27,14 +22,19 @@ def missing_server_requirements() -> list[str]:
     Empty when nothing is missing, and when this copy of approvals was not installed (a source
     checkout on PYTHONPATH), where there is no metadata to go by.
     """
+    import importlib.metadata  # here, not at the top: it alone is a good part of a fast command's start-up
+    import re
+
+    server_extra = re.compile(r"""\bextra\s*==\s*["']server["']""")
+    distribution_name = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
     try:
         requirements = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         return []
     missing = []
     for requirement in requirements:
-        name = _NAME.match(requirement)
-        if name is None or not _SERVER_EXTRA.search(requirement):
+        name = distribution_name.match(requirement)
+        if name is None or not server_extra.search(requirement):
             continue
         try:
             importlib.metadata.distribution(name.group())
@@ -54,14 +54,19 @@ def main() -> None:
         from .hook_client import main as hook_main
 
         sys.exit(hook_main(sys.argv[2:]))
-    missing = missing_server_requirements()
-    if missing:
-        _refuse(", ".join(missing))
+    # The installed metadata is read only when an import fails: reading it would cost a fast command a good part
+    # of its start-up, and the CLI imports what a command needs when the command runs (issue 36).
     try:
         from .cli import main as cli_main
-    except ModuleNotFoundError as exc:  # without metadata to check: typer itself is missing
-        _refuse(exc.name or str(exc))
-    cli_main()
+    except ModuleNotFoundError as exc:  # typer itself is missing
+        _refuse(", ".join(missing_server_requirements()) or exc.name or str(exc))
+    try:
+        cli_main()
+    except ModuleNotFoundError:  # what the command needed: a part of the extra, or else not ours to explain
+        missing = missing_server_requirements()
+        if missing:
+            _refuse(", ".join(missing))
+        raise
 
 
 if __name__ == "__main__":

@@ -8,59 +8,82 @@ a traceback: a wrong database URL, an agent path that does not import, a port in
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
-import socket
 import sys
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import anyio
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .channels.outbound import deliver_outbound
-from .exceptions import ApprovalsError, UserError
-from .policy import Effect, InvalidRule, Kind, Outcome, RuleSpec, StoredRule, dump_rules, load_rules, rule_flags
-from .security import new_password
-from .store import SYSTEM, TOKEN_SCOPES, Database, DryRun, Store
-from .store.migrate import current_revision, head_revision, upgrade
-from .store.reviewer_identity import check_email
-from .worker.follow_ups import run_follow_ups
-from .worker.resumer import (
-    DEFAULT_LEASE_SECONDS,
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_WORKER_CONCURRENCY,
-    AgentRegistry,
-    run_worker,
+if TYPE_CHECKING:
+    from .policy import InvalidRule, Outcome, RuleSpec, StoredRule
+    from .store import DryRun, Store
+    from .worker.resumer import AgentRegistry
+
+# Start-up (issue 36): a command imports the store, the worker, the policy and the web app inside
+# itself, when it runs, so `--help` and the quick commands do not pay for what they never use
+# (tests/test_cli_help.py checks that importing this module brings none of them). The few values
+# the options need before a command runs are copied here; the same test checks they still match.
+TOKEN_SCOPES = (
+    "runs:read",
+    "runs:write",
+    "runs:admin",
+    "calls:read",
+    "calls:decide",
+    "calls:ask",
+    "audit:read",
+    "rules:read",
+    "rules:write",
+    "metrics:read",
 )
-from .worker.supervise import Supervisor
+"""`approvals.store.TOKEN_SCOPES`, for `tokens create --help`."""
+DEFAULT_LEASE_SECONDS = 15.0
+"""`approvals.worker.resumer.DEFAULT_LEASE_SECONDS`, the default of `worker --lease-seconds`."""
+DEFAULT_POLL_INTERVAL = 30.0
+"""`approvals.worker.resumer.DEFAULT_POLL_INTERVAL`, the default of `worker --poll-interval`."""
+DEFAULT_WORKER_CONCURRENCY = 4
+"""`approvals.worker.resumer.DEFAULT_WORKER_CONCURRENCY`, the default of `worker --concurrency`."""
+
+
+class RuleKind(StrEnum):
+    """`approvals.policy.Kind`, the choices of `rules list --kind`."""
+
+    STANDING = "standing"
+    REMEMBERED = "remembered"
+
 
 T = TypeVar("T")
 GRACEFUL_SHUTDOWN_SECONDS = 10
 """How long `serve` lets open requests finish when stopped: long polls of the gate would hold it up to their wait."""
 
-app = typer.Typer(help="Human-in-the-loop approvals for LLM agents' tool calls.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-users_app = typer.Typer(help="Reviewer accounts.", no_args_is_help=True)
-tokens_app = typer.Typer(help="API tokens for services.", no_args_is_help=True)
-runs_app = typer.Typer(help="Agent runs.", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+# Plain help, without rich: rendering it with rich costs more than the rest of a `--help` (issue 36).
+app = typer.Typer(
+    help="Human-in-the-loop approvals for LLM agents' tool calls.", no_args_is_help=True, rich_markup_mode=None
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True, rich_markup_mode=None)
+users_app = typer.Typer(help="Reviewer accounts.", no_args_is_help=True, rich_markup_mode=None)
+tokens_app = typer.Typer(help="API tokens for services.", no_args_is_help=True, rich_markup_mode=None)
+runs_app = typer.Typer(help="Agent runs.", no_args_is_help=True, rich_markup_mode=None)
+audit_app = typer.Typer(help="The audit log.", no_args_is_help=True, rich_markup_mode=None)
 rules_app = typer.Typer(
     help=(
         "Standing rules: which calls are allowed, denied or routed to whom without asking each time. "
         "`approvals rules apply rules.yaml` makes them a file's (run it in CI; `--check` detects drift)."
     ),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 hook_app = typer.Typer(
     help=(
-        "Coding agents' pre-tool hooks. `approvals hook claude-code|codex|gemini|cursor [--wait S] [--fallback F] "
-        "[--url U]` is the hook itself: it reads the CLI's hook JSON on stdin, asks the server (token in "
-        "APPROVALS_TOKEN) and prints the CLI's answer, or blocks the tool (exit 2) when it gets none."
+        "Coding agents' pre-tool hooks. `approvals hook claude-code|codex|gemini|cursor [--wait S] [--grace S] "
+        "[--fallback F] [--url U]` is the hook itself (`approvals hook claude-code --help`): it reads the CLI's "
+        "hook JSON on stdin, asks the server (at --url, else APPROVALS_URL; token in APPROVALS_TOKEN) and prints "
+        "the CLI's answer, or blocks the tool (exit 2) when it gets none."
     ),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 for sub, name in (
     (db_app, "db"),
@@ -77,7 +100,8 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="A KEY=value file of APPROVALS_* settings.", exists=True, dir_okay=False)
 ]
 DatabaseOption = Annotated[
-    str | None, typer.Option("--database-url", help="SQLite file or PostgreSQL URL [env: APPROVALS_DATABASE_URL]")
+    str | None,
+    typer.Option("--database-url", envvar="APPROVALS_DATABASE_URL", help="SQLite file or PostgreSQL URL."),
 ]
 AgentOption = Annotated[
     list[str] | None, typer.Option("--agent", help="Import path of an agent, e.g. myapp.agents:support_agent.")
@@ -114,6 +138,11 @@ def fail(message: str) -> None:
 
 def run_async(function: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning known failures into one-line errors."""
+    import anyio
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    from .exceptions import ApprovalsError
+
     try:
         return anyio.run(function)
     except ApprovalsError as exc:
@@ -124,6 +153,8 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
 
 
 def with_store(database_url: str, action: Callable[[Store], Awaitable[T]]) -> T:
+    from .store import Database, Store
+
     async def main() -> T:
         database = Database(database_url)
         try:
@@ -135,6 +166,11 @@ def with_store(database_url: str, action: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def migrate(database_url: str) -> None:
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    from .exceptions import ApprovalsError
+    from .store.migrate import upgrade
+
     try:
         upgrade(database_url)
     except ApprovalsError as exc:
@@ -144,6 +180,9 @@ def migrate(database_url: str) -> None:
 
 
 def load_agents(paths: list[str], *, demo: bool = False) -> AgentRegistry:
+    from .exceptions import ApprovalsError
+    from .worker.resumer import AgentRegistry
+
     registry = AgentRegistry()
     try:
         for path in paths:
@@ -158,6 +197,8 @@ def load_agents(paths: list[str], *, demo: bool = False) -> AgentRegistry:
 
 
 def ensure_port_free(host: str, port: int) -> None:
+    import socket
+
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -224,6 +265,15 @@ def worker(
     config: ConfigOption = None,
 ) -> None:
     """Resume ready runs until stopped (SIGTERM lets the runs in progress finish first)."""
+    import functools
+
+    import anyio
+
+    from .channels.outbound import deliver_outbound
+    from .worker.follow_ups import run_follow_ups
+    from .worker.resumer import run_worker
+    from .worker.supervise import Supervisor
+
     settings = settings_for(config, database_url, agent)
     registry = load_agents(settings.agents, demo=demo)
     if not registry.names:
@@ -283,6 +333,8 @@ def worker(
 @db_app.command("upgrade")
 def db_upgrade(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Create or update the tables to the latest schema."""
+    from .store.migrate import current_revision
+
     settings = settings_for(config, database_url)
     migrate(settings.database_url)
     typer.echo(f"database at revision {current_revision(settings.database_url)}")
@@ -291,6 +343,11 @@ def db_upgrade(database_url: DatabaseOption = None, config: ConfigOption = None)
 @db_app.command("current")
 def db_current(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Show the schema revision of the database and the latest one."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    from .exceptions import ApprovalsError
+    from .store.migrate import current_revision, head_revision
+
     settings = settings_for(config, database_url)
     try:
         current = current_revision(settings.database_url)
@@ -321,6 +378,11 @@ def users_add(
     config: ConfigOption = None,
 ) -> None:
     """Add a reviewer account."""
+    from .exceptions import UserError
+    from .security import new_password
+    from .store import SYSTEM
+    from .store.reviewer_identity import check_email
+
     settings = settings_for(config, database_url)
     secret = None if sso_only else (password or new_password())
     if email is not None:
@@ -370,6 +432,8 @@ def users_contact(
     config: ConfigOption = None,
 ) -> None:
     """Show a user's e-mail and Slack link, or set them."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     changes: dict[str, Any] = {}
     if email is not None:
@@ -402,6 +466,9 @@ def users_groups(
     """Show a user's groups, or change them; a rule that routes calls to a group asks its members."""
     if set_ is not None and (add or remove):
         raise typer.BadParameter("--set gives every group: use it without --add and --remove", param_hint="--set")
+    from .exceptions import UserError
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
 
     async def groups(store: Store) -> list[str]:
@@ -424,6 +491,8 @@ def users_groups(
 @users_app.command("disable")
 def users_disable(username: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Disable an account; its sessions end at their next request."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     with_store(settings.database_url, lambda store: store.update_user(username, disabled=True, actor=SYSTEM))
     typer.echo(f"disabled {username}")
@@ -437,6 +506,9 @@ def users_password(
     config: ConfigOption = None,
 ) -> None:
     """Set a new password."""
+    from .security import new_password
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     secret = password or new_password()
     with_store(settings.database_url, lambda store: store.update_user(username, password=secret, actor=SYSTEM))
@@ -459,6 +531,8 @@ def tokens_create(
     config: ConfigOption = None,
 ) -> None:
     """Create an API token; it is printed once and only its hash is kept."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     token = with_store(
         settings.database_url,
@@ -481,6 +555,8 @@ def tokens_list(database_url: DatabaseOption = None, config: ConfigOption = None
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: int, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Revoke a token by its id (see `tokens list`)."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     with_store(settings.database_url, lambda store: store.revoke_token(token_id, actor=SYSTEM))
     typer.echo(f"revoked token {token_id}")
@@ -498,6 +574,7 @@ def runs_start(
 ) -> None:
     """Start a run and take it to its end or first pause."""
     from .service import ApprovalService
+    from .store import SYSTEM
 
     settings = settings_for(config, database_url, agent)
     registry = load_agents(settings.agents, demo=demo)
@@ -578,6 +655,8 @@ RulesFile = Annotated[
 
 def read_rules_file(path: Path) -> list[RuleSpec]:
     """The rules of a file, or every problem in it printed and exit code 2: nothing is applied from a bad file."""
+    from .policy import InvalidRule, load_rules
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -616,6 +695,9 @@ def rules_apply(
     Applying the same file again changes nothing. Remembered rules are left alone. A file with
     any error changes nothing: every problem is printed with its rule, and the exit code is 2.
     """
+    from .policy import InvalidRule
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     specs = read_rules_file(file)
     try:
@@ -636,17 +718,19 @@ def rules_apply(
 
 @rules_app.command("list")
 def rules_list(
-    kind: Annotated[Kind | None, typer.Option(help="Only standing or only remembered rules.")] = None,
+    kind: Annotated[RuleKind | None, typer.Option(help="Only standing or only remembered rules.")] = None,
     database_url: DatabaseOption = None,
     config: ConfigOption = None,
 ) -> None:
     """The rules in the database, each with its current version and flags (never matches, shadowed, ...)."""
+    from .policy import rule_flags
+
     settings = settings_for(config, database_url)
 
     async def listed(store: Store) -> tuple[list[StoredRule], dict[str, list[str]]]:
         rules = await store.list_rules()
         flags = rule_flags(rules, now=dt.datetime.now(dt.UTC), groups_with_members=await store.group_names())
-        return [rule for rule in rules if kind is None or rule.kind is kind], flags
+        return [rule for rule in rules if kind is None or rule.kind.value == kind.value], flags
 
     rules, flags = with_store(settings.database_url, listed)
     if not rules:
@@ -680,6 +764,8 @@ def rules_export(
     config: ConfigOption = None,
 ) -> None:
     """The standing rules as a rules file: `approvals rules apply` reads it back with no changes."""
+    from .policy import Kind, dump_rules
+
     settings = settings_for(config, database_url)
     rules = with_store(settings.database_url, lambda store: store.list_rules(kind=Kind.STANDING))
     text = dump_rules(rule.spec for rule in rules)
@@ -716,6 +802,8 @@ def _change(newer: StoredRule, older: StoredRule | None) -> str:
 @rules_app.command("enable")
 def rules_enable(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Enable a rule (a new version)."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, True, actor=SYSTEM))
     typer.echo(f"enabled {name} (version {rule.version})")
@@ -724,6 +812,8 @@ def rules_enable(name: str, database_url: DatabaseOption = None, config: ConfigO
 @rules_app.command("disable")
 def rules_disable(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Disable a rule (a new version): it decides nothing until enabled again."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, False, actor=SYSTEM))
     typer.echo(f"disabled {name} (version {rule.version})")
@@ -732,6 +822,8 @@ def rules_disable(name: str, database_url: DatabaseOption = None, config: Config
 @rules_app.command("delete")
 def rules_delete(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Remove a rule; its versions stay in its history and the audit log."""
+    from .store import SYSTEM
+
     settings = settings_for(config, database_url)
     rule = with_store(settings.database_url, lambda store: store.delete_rule(name, actor=SYSTEM))
     typer.echo(f"deleted {name} (version {rule.version})")
@@ -786,6 +878,8 @@ def rules_dry_run(
 
 
 def _outcome_text(outcome: Outcome, *, named: bool) -> str:
+    from .policy import Effect
+
     if outcome.effect is None:
         return "asks as its tool says" if named else "-"
     text = outcome.effect.value
@@ -800,6 +894,8 @@ def _outcome_text(outcome: Outcome, *, named: bool) -> str:
 
 def _effect_text(spec: RuleSpec) -> str:
     """An ask with its quorum, groups, time and follow-ups (`ask 2 finance 4h remind 30m escalate 1h oncall`)."""
+    from .policy import Effect
+
     if spec.effect is not Effect.ASK:
         return spec.effect.value
     parts = ["ask"]
@@ -869,7 +965,9 @@ async def seed_demo(
     """
     import os
 
+    from .security import new_password
     from .service import ApprovalService
+    from .store import SYSTEM
 
     if not await store.list_users():
         password = os.environ.get("APPROVALS_ADMIN_PASSWORD") or new_password()
@@ -902,6 +1000,7 @@ def _demo_model_name(registry: AgentRegistry) -> str:
 
 
 def _safe_url(url: str) -> str:
+    from .exceptions import ApprovalsError
     from .store.db import normalize_url
 
     try:
@@ -916,10 +1015,6 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
 
 
 @hook_app.command("install")
@@ -982,8 +1077,8 @@ def mcp_gateway(
     progress_every: Annotated[
         float, typer.Option(help="Seconds between progress notifications while a call waits.", min=0.1)
     ] = 10,
-    url: Annotated[str | None, typer.Option(help="The approvals server [env: APPROVALS_URL].")] = None,
-    token: Annotated[str | None, typer.Option(help="A calls:ask token [env: APPROVALS_TOKEN].")] = None,
+    url: Annotated[str | None, typer.Option(envvar="APPROVALS_URL", help="The approvals server.")] = None,
+    token: Annotated[str | None, typer.Option(envvar="APPROVALS_TOKEN", help="A calls:ask token.")] = None,
 ) -> None:
     """The MCP gateway: proxy MCP servers' tools, asking approvals before every tool call."""
     from .engines.mcp import ConfigError, run
@@ -1003,3 +1098,7 @@ def mcp_gateway(
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
+
+
+if __name__ == "__main__":  # `python -m approvals.cli`: after every command is defined
+    main()

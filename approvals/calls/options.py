@@ -7,16 +7,18 @@ show buttons by them, with `why_not_approve` / `why_not_decide` as the sentence 
 `run_options` does the same for what an admin may do with a run (cancel, retry).
 
 Nothing here reads a database: the facts are the call's status, the digest of its current
-arguments, its quorum, who started its run and who holds standing approvals of what
-(`DecisionRow.is_standing`). The rules, in the order they refuse:
+arguments, its quorum, who asked for it, who started its run and who holds standing approvals
+of what (`DecisionRow.is_standing`). The rules, in the order they refuse:
 
 1. deciding takes the reviewer role (`reviewer_refusal`);
 2. approving takes a person: a service token belongs to nobody, so its approval would count for nobody;
 3. only an open call takes a verdict (`OPEN_CALL_STATUSES`);
-4. the person who started a run may not approve its calls (they may deny or answer them);
-5. a call a rule routed to groups (`approver_groups`) is approved only by their members;
+4. whoever asked for a call may not approve it (`ToolCallRow.requested_by`: a gate's asking token or
+   user, the starter of a worker's run), whichever channel they use; nor may
+5. the person who started a run approve its calls (both may deny or answer them);
+6. a call a rule routed to groups (`approver_groups`) is approved only by their members;
    anyone who may decide may still deny or answer it (neither runs the tool);
-6. a reviewer holds at most one standing approval of the same arguments: a quorum takes different people.
+7. a reviewer holds at most one standing approval of the same arguments: a quorum takes different people.
 
 An edit is an approval of other arguments, so it follows the approval's rules. A denial
 needs a reason; that is a check of the verdict itself (`check_verdict`), not of who may
@@ -60,6 +62,8 @@ class CallRefusal(StrEnum):
     """Approvals come from people, not from service tokens."""
     NOT_OPEN = "not_open"
     """The call no longer waits for a decision."""
+    OWN_CALL = "own_call"
+    """The actor asked for the call (`ToolCallRow.requested_by`): another reviewer approves it."""
     OWN_RUN = "own_run"
     """The actor started the call's run: another reviewer approves its calls."""
     NOT_IN_GROUPS = "not_in_groups"
@@ -158,15 +162,17 @@ def call_options(
     status: CallStatus,
     *,
     started_by: str | None,
+    requested_by: str | None = None,
     approvals_required: int = 1,
     digest: str = "",
     standing: Mapping[str, Collection[str]] = NO_APPROVALS,
     approver_groups: Collection[str] | None = None,
 ) -> CallOptions:
-    """What `actor` may do with a call in `status`, of a run `started_by`, by the rules above.
+    """What `actor` may do with a call in `status`, asked for by `requested_by`, of a run `started_by`, by the
+    rules above.
 
     `digest` is the digest of the call's current arguments and `standing` who holds a standing
-    approval, by the digest they approved; without them rule 6 is not applied (the store
+    approval, by the digest they approved; without them rule 7 is not applied (the store
     applies it to the arguments an approval names, once it has read them). `approver_groups`
     are the groups a rule routed the call to (None or empty: any reviewer).
     """
@@ -179,7 +185,9 @@ def call_options(
         decide = decide or CallRefusal.NOT_OPEN
         approve = approve or CallRefusal.NOT_OPEN
     elif approve is None:
-        if started_by == actor.id:
+        if requested_by == actor.id:
+            approve = CallRefusal.OWN_CALL
+        elif started_by == actor.id:
             approve = CallRefusal.OWN_RUN
         elif not in_groups(actor, approver_groups):
             approve = CallRefusal.NOT_IN_GROUPS
@@ -210,6 +218,7 @@ _SENTENCES: dict[CallRefusal, str] = {
     CallRefusal.NOT_REVIEWER: "You can read this call; deciding needs the reviewer role.",
     CallRefusal.NOT_A_PERSON: "A service token may not approve: approvals come from people.",
     CallRefusal.NOT_OPEN: "This call no longer waits for a decision.",
+    CallRefusal.OWN_CALL: "You asked for this call, so another reviewer must approve it.",
     CallRefusal.OWN_RUN: "You started this run, so another reviewer must approve its calls.",
     CallRefusal.NOT_IN_GROUPS: "A rule routed this call to other groups: only their members may approve it. "
     "You may still deny it.",

@@ -131,10 +131,11 @@ _PENDING_CALL_COLUMNS = (
     "rule_version",
     "approver_groups",
 )
-"""A new call's own columns (`_writes.pending_call`); the run and its agent come from the run."""
+"""A new call's own columns (`_writes.pending_call`); the run, its agent and who asked (the run's starter) come
+from the run."""
 ADD_PENDING_CALL = _insert_for_held_run(
     ToolCallRow,
-    {"run_id": RunRow.id, "agent_name": RunRow.agent_name},
+    {"run_id": RunRow.id, "agent_name": RunRow.agent_name, "requested_by": RunRow.started_by},
     (*_PENDING_CALL_COLUMNS, "created_at", "updated_at"),
 )
 RULES_REVISION = select(func.coalesce(func.max(PolicyRuleRow.id), 0))

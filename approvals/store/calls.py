@@ -2,8 +2,13 @@
 
 A gate's calls are not tied to a worker's lease: each of these is one transaction on its
 own. A session's calls gather in one run of the source that asks (its id derived from the
-engine, source and session), created by the session's first request. The decision itself
-is `DecisionOps.decide`, the same for every engine and channel.
+engine, source and session), created by the session's first request. The session belongs
+to the token or user that opened it (the run's `started_by`): another asking in it is
+refused (`Forbidden`, audited as `call.refused`), admins included, so nobody can slip a
+call into someone else's run and then approve it as not its starter. Each call records who
+asked for it (`requested_by`), who may follow and settle it, and never approve it
+(`call_options`). The decision itself is `DecisionOps.decide`, the same for every engine
+and channel.
 """
 
 from __future__ import annotations
@@ -48,8 +53,11 @@ _WAKE_UP_EVERY = 1.0
 """Longest wait between looks at a call while waiting, should a wake-up be missed."""
 
 _SESSION_RUN = (
-    select(RunRow.engine, RunRow.agent_name, RunRow.status).where(RunRow.id == bindparam("run_id")).with_for_update()
+    select(RunRow.engine, RunRow.agent_name, RunRow.status, RunRow.started_by)
+    .where(RunRow.id == bindparam("run_id"))
+    .with_for_update()
 )
+_SESSION_OWNER = select(RunRow.started_by).where(RunRow.id == bindparam("run_id"))
 _CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
 
 
@@ -100,6 +108,9 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             raise UserError(f"Engine {request.engine!r} is not a gate: its runs pause through its worker")
         run_id = session_run_id(request.engine, request.source, request.session_id)
         async with self.db.read() as session:  # asked before (a retry, a resumed CLI): no write needed
+            opened = (await session.execute(_SESSION_OWNER, {"run_id": run_id})).one_or_none()
+            if opened is not None and opened.started_by != actor.id:
+                raise await self._refuse_session(validated, actor)
             found = (await session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})).mappings()
             row = found.one_or_none()
             if row is None and request.same_arguments_same_call:
@@ -126,11 +137,31 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
         version = validated.definition.version
         known = version in self._stored_tool_versions
         with tracing.requesting_call(request.engine, request.source, request.tool_name, request.tool_call_id):
-            stored = await self.run_statements(
-                lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known)
-            )
+            try:
+                stored = await self.run_statements(
+                    lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known)
+                )
+            except _OthersSession:  # opened by another since the read above
+                raise await self._refuse_session(validated, actor) from None
         self._stored_tool_versions.add(version)
         return stored
+
+    async def _refuse_session(self, validated: ValidatedRequest, actor: Actor) -> Forbidden:
+        """`actor` asked in a session another opened: audit the refusal (nothing else is written), return the error."""
+        request = validated.request
+        reason = (
+            f"Session {request.session_id!r} of {request.source!r} was opened by another token or user; "
+            "use a session id of your own"
+        )
+        details = {"source": request.source, "session_id": request.session_id, "tool_name": request.tool_name}
+        await self.record_refusal(request.engine, reason, actor_id=actor.id, details=details)
+        return Forbidden(reason)
+
+    async def asked_call(self, call_id: str, *, actor: Actor) -> ToolCallRow:
+        """A call, for the one who asked for it or an admin (a gate's caller waiting for its decision)."""
+        call = await self.get_call(call_id)
+        _check_asker(call, actor)
+        return call
 
     async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
         """The call once it no longer waits for people, or as it stands after `seconds`.
@@ -155,7 +186,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
     async def settle_call(self, call_id: str, outcome: CallStatus, result: Any = None, *, actor: Actor) -> ToolCallRow:
         """The caller ran an approved call: record how it went (`SETTLED_OUTCOMES`) and its result.
 
-        Only the one who asked (the session's requester) or an admin may settle; a call that
+        Only the one who asked for it (`requested_by`) or an admin may settle; a call that
         was not approved, or was settled already, is a `Conflict`.
         """
         if outcome not in SETTLED_OUTCOMES:
@@ -243,6 +274,8 @@ def _request(
     if created is not None:
         details = {"engine": request.engine, "session_id": request.session_id}
         tx.record(run_event(actor_id, "run.started", run_id, request.source, details, at=now))
+    elif run.started_by != actor_id:
+        raise _OthersSession
     elif run.status in FINAL_RUN_STATUSES:
         raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
     if not definition_stored:  # a version's definition never changes: once stored, it is not sent again
@@ -259,6 +292,7 @@ def _request(
         "reason": request.reason,
         "context": dict(request.context) if request.context is not None else None,
         "idempotent": False,
+        "requested_by": actor_id,
         "created_at": now,
         "updated_at": now,
         **call_columns(
@@ -318,8 +352,18 @@ def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:
     return call
 
 
+class _OthersSession(Exception):
+    """The session's run was opened by another actor (found in the request's transaction, which it rolls back)."""
+
+
+def _check_asker(call: ToolCallRow, actor: Actor) -> None:
+    """Only the one who asked for a call (`requested_by`) or an admin follows it and settles it."""
+    if actor.id != call.requested_by and not actor.can("admin"):
+        raise Forbidden(f"{actor.id!r} did not ask for call {call.id!r}")
+
+
 def _requested_call(tx: Tx, call_id: str, actor: Actor) -> ToolCallRow:
-    """A gate's call, locked, for the one who asked for it (the session's requester) or an admin."""
+    """A gate's call, locked, for the one who asked for it or an admin."""
     run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
     found = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
     if run is None or found is None:
@@ -328,9 +372,9 @@ def _requested_call(tx: Tx, call_id: str, actor: Actor) -> ToolCallRow:
     fields.pop("others_open")
     if get_engine(run["engine"]).kind is not EngineKind.GATE:
         raise UserError(f"Call {call_id!r} belongs to a run our worker continues; it settles its calls itself")
-    if actor.id != run["started_by"] and not actor.can("admin"):
-        raise Forbidden(f"{actor.id!r} did not ask for call {call_id!r}")
-    return loaded_call(fields)
+    call = loaded_call(fields)
+    _check_asker(call, actor)
+    return call
 
 
 def _hand_out(tx: Tx, call_id: str, actor: Actor, now: dt.datetime) -> ToolCallRow:

@@ -107,8 +107,8 @@ def _check_decidable(
     approving: str = "",
     standing: Mapping[str, frozenset[str]] | None = None,
 ) -> None:
-    """Refuse a verdict on a call that is no longer open, changed since it was seen, on one's own run,
-    or a second approval of the same arguments (`approving`: their digest) by the same person.
+    """Refuse a verdict on a call that is no longer open, changed since it was seen, asked for by the actor or
+    on their own run, or a second approval of the same arguments (`approving`: their digest) by the same person.
 
     Who may do what comes from `call_options`, the rules the pages show.
     """
@@ -116,6 +116,7 @@ def _check_decidable(
         actor,
         call.status,
         started_by=started_by,
+        requested_by=call.requested_by,
         digest=approving,
         standing=standing or _options.NO_APPROVALS,
         approver_groups=call.approver_groups,
@@ -146,7 +147,7 @@ def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | No
         )
     if refusal is refusals.OWN_RUN:
         return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
-    if refusal is refusals.NOT_IN_GROUPS:
+    if refusal in (refusals.OWN_CALL, refusals.NOT_IN_GROUPS):
         return Forbidden(_options.refusal_sentence(refusal))  # the page's sentence: the same rule, the same words
     assert call is not None  # the other refusals need the call, read by then
     if refusal is refusals.NOT_OPEN:

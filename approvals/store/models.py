@@ -196,6 +196,9 @@ class ToolCallRow(Base):
     rule_version: Mapped[int | None] = mapped_column(Integer)
     approver_groups: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     """The groups whose members may approve the call (a rule routed it); None: any reviewer."""
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    """Who asked for the call: a gate's asking token or user, or the starter of a worker's run.
+    They may never approve it (`call_options`)."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 

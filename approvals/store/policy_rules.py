@@ -403,7 +403,7 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
                 session=session_id or call.run_id,
                 args=call.args if isinstance(call.args, dict) else {},
                 context=call.context if isinstance(call.context, dict) else None,
-                requester=started_by,
+                requester=call.requested_by or started_by,
                 now=call.created_at,
                 approvals_required=call.approvals_required,
             )

@@ -58,6 +58,7 @@ class ReviewFacts:
             actor,
             call.status,
             started_by=self.started_by,
+            requested_by=call.requested_by,
             approvals_required=call.approvals_required,
             digest=call.current_digest,
             standing=self.standing,
@@ -260,7 +261,7 @@ class Queries(StoreBase):
     def _approvable_by(self, actor: Actor) -> ColumnElement[bool]:
         """The calls `actor` may approve now, by the rules of `call_options`, as one condition.
 
-        Open; not of a run the actor started; routed to no group or to one of theirs; not
+        Open; not asked for by the actor, nor of a run they started; routed to no group or to one of theirs; not
         already approved by them with its current arguments (a quorum takes different people).
         """
         if reviewer_refusal(actor, approving=True) is not None:
@@ -272,7 +273,14 @@ class Queries(StoreBase):
             DecisionRow.args_digest == ToolCallRow.current_digest,
             STANDING,
         )
-        return and_(ToolCallRow.is_open, ~own_run, ~approved, self._routed_to(actor.groups))
+        own_call = ToolCallRow.requested_by == actor.id
+        return and_(
+            ToolCallRow.is_open,
+            or_(ToolCallRow.requested_by.is_(None), ~own_call),
+            ~own_run,
+            ~approved,
+            self._routed_to(actor.groups),
+        )
 
     def _routed_to(self, groups: Collection[str]) -> ColumnElement[bool]:
         """Calls routed to no group (SQL NULL, JSON null or []) or to one of `groups`.

@@ -7,6 +7,7 @@ Pure and fast: no database. The last tests hold the store's verdict check (`chec
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from typing import Any
 
@@ -115,6 +116,62 @@ def test_whoever_started_a_run_may_deny_or_answer_its_calls_but_not_approve_them
     if approve is CallRefusal.OWN_RUN:
         assert options.may_deny and options.may_answer
         assert options.why_not_approve == "You started this run, so another reviewer must approve its calls."
+
+
+# --- one's own call: whoever asked for it -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("actor", "status", "requested_by", "started_by", "approve"),
+    [
+        (ALICE, CallStatus.PENDING, "alice", "bob", CallRefusal.OWN_CALL),  # asked in a run another started
+        (ALICE, CallStatus.OUTCOME_UNKNOWN, "alice", "bob", CallRefusal.OWN_CALL),
+        (ALICE, CallStatus.PENDING, "alice", "alice", CallRefusal.OWN_CALL),  # her own session: the call first
+        (ALICE, CallStatus.PENDING, "alice", None, CallRefusal.OWN_CALL),
+        (BOB, CallStatus.PENDING, "alice", "bob", CallRefusal.OWN_RUN),  # the starter still may not
+        (BOB, CallStatus.PENDING, "alice", "carol", None),
+        (ALICE, CallStatus.PENDING, None, None, None),
+        (CAROL, CallStatus.PENDING, "carol", "bob", CallRefusal.OWN_CALL),  # admins too
+        (ALICE, CallStatus.APPROVED, "alice", "bob", CallRefusal.NOT_OPEN),  # after the call's state
+        (CI_TOKEN, CallStatus.PENDING, "ci", "bob", CallRefusal.NOT_A_PERSON),
+        (VICTOR, CallStatus.PENDING, "victor", "bob", CallRefusal.NOT_REVIEWER),
+    ],
+)
+def test_whoever_asked_for_a_call_may_deny_or_answer_it_but_never_approve_or_edit_it(
+    actor: Actor, status: CallStatus, requested_by: str | None, started_by: str | None, approve: CallRefusal | None
+) -> None:
+    options = call_options(actor, status, started_by=started_by, requested_by=requested_by)
+    assert options.approve_refusal is approve
+    assert options.may_approve is options.may_edit is (approve is None)
+    if approve is CallRefusal.OWN_CALL:
+        assert options.may_deny and options.may_answer
+        assert options.why_not_approve == "You asked for this call, so another reviewer must approve it."
+
+
+def test_asking_comes_before_the_groups_and_the_quorum() -> None:
+    options = call_options(
+        ALICE,
+        CallStatus.PENDING,
+        started_by="bob",
+        requested_by="alice",
+        approvals_required=2,
+        digest="d",
+        standing={"d": {"alice"}},
+        approver_groups=["finance"],
+    )
+    assert options.approve_refusal is CallRefusal.OWN_CALL and options.already_approved
+
+
+@pytest.mark.parametrize("verdict", [Approve(), EditAndApprove(args={"n": 2}), Approve(args_digest="d")])
+def test_decide_refuses_the_asker_with_the_same_sentence(verdict: Verdict) -> None:
+    call = _call(CallStatus.PENDING)
+    call.requested_by = "alice"
+    refused = _store_refusal(verdict, call, "bob", ALICE)
+    assert type(refused) is Forbidden
+    assert str(refused) == "You asked for this call, so another reviewer must approve it."
+    assert _store_refusal(Deny(reason="not like this"), call, "bob", ALICE) is None
+    assert _store_refusal(Answer(content="done by hand"), call, "bob", ALICE) is None
+    assert _store_refusal(verdict, call, "bob", CAROL) is None  # another reviewer, the run's starter apart
 
 
 # --- quorum: one standing approval per person and arguments -------------------------------
@@ -241,8 +298,9 @@ def _store_refusal(verdict: Verdict, call: ToolCallRow, started_by: str | None, 
 def test_decide_refuses_exactly_what_the_options_refuse(status: CallStatus) -> None:
     call = _call(status)
     for actor in ACTORS:
-        for started_by in (None, actor.id, "someone else"):
-            options = call_options(actor, status, started_by=started_by)
+        for started_by, requested_by in itertools.product((None, actor.id, "someone else"), repeat=2):
+            call.requested_by = requested_by
+            options = call_options(actor, status, started_by=started_by, requested_by=requested_by)
             for verdict, allowed in (
                 (Approve(), options.may_approve),
                 (Approve(args_digest="d"), options.may_approve),

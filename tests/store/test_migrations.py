@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, pool
+from sqlalchemy import create_engine, inspect, pool, select
 
 from approvals.store.db import normalize_url
 from approvals.store.hot_path_sql import FUNCTION_VERSIONS, function_name
@@ -185,3 +186,61 @@ def test_argument_search_index_exists_on_postgresql(empty_db_url: str) -> None:
     finally:
         engine.dispose()
     assert ("ix_tool_calls_args_trgm" in names) == empty_db_url.startswith("postgresql")
+
+
+def test_calls_know_who_asked_them_after_the_upgrade(empty_db_url: str) -> None:
+    """Migration 0019 fills `requested_by` in: a gate call from its `call.requested` event (who really asked, not
+    necessarily who opened the session), a worker's call (whose event names the worker) from its run's starter."""
+    upgrade(empty_db_url, "0018")
+    engine = create_engine(normalize_url(empty_db_url, sync=True), poolclass=pool.NullPool)
+    now = dt.datetime.now(dt.UTC)
+    runs, calls, events = (Base.metadata.tables[name] for name in ("runs", "tool_calls", "audit_events"))
+    call_columns = {
+        "agent_name": "billing",
+        "tool_name": "refund",
+        "tool_version": "v1",
+        "args": {},
+        "args_digest": "d",
+        "status": "pending",
+    }
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                Base.metadata.tables["tool_definitions"].insert(),
+                [{"version": "v1", "name": "refund", "definition": {}, "created_at": now}],
+            )
+            connection.execute(
+                runs.insert(),
+                [
+                    {"id": "gate-run", "agent_name": "billing", "engine": "gate", "session_id": "s1",
+                     "status": "awaiting_approval", "started_by": "token:billing", "message_count": 0},
+                    {"id": "worker-run", "agent_name": "billing", "engine": "native", "session_id": None,
+                     "status": "awaiting_approval", "started_by": "alice", "message_count": 2},
+                ],
+            )  # fmt: skip
+            connection.execute(  # the columns of 0018: requested_by is not among them
+                calls.insert(),
+                [
+                    {"id": "slipped-in", "run_id": "gate-run", "tool_call_id": "k1", **call_columns},
+                    {"id": "no-event", "run_id": "gate-run", "tool_call_id": "k2", **call_columns},
+                    {"id": "worker-call", "run_id": "worker-run", "tool_call_id": "k3", **call_columns},
+                ],
+            )
+            event = {"at": now, "action": "call.requested", "subject_type": "call", "prev_hash": "", "hash": ""}
+            connection.execute(
+                events.insert(),
+                [
+                    {**event, "actor": "carol", "subject_id": "slipped-in", "run_id": "gate-run"},
+                    {**event, "actor": "worker-7", "subject_id": "worker-call", "run_id": "worker-run"},
+                ],
+            )
+    finally:
+        engine.dispose()
+    upgrade(empty_db_url)
+    engine = create_engine(normalize_url(empty_db_url, sync=True), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            asked = dict(connection.execute(select(calls.c.id, calls.c.requested_by)).all())
+    finally:
+        engine.dispose()
+    assert asked == {"slipped-in": "carol", "no-event": "token:billing", "worker-call": "alice"}

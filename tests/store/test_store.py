@@ -251,7 +251,8 @@ async def test_roles_and_own_runs(store: Store, tmp_path: Path) -> None:
     _, calls = await paused_shop_run(store, tmp_path)
     with pytest.raises(Forbidden, match="may not decide"):
         await store.decide(calls["refund"].id, Approve(), actor=VIEWER)
-    with pytest.raises(Forbidden, match="started this run"):
+    assert calls["refund"].requested_by == SERVICE.id  # a worker's run's calls were asked by its starter
+    with pytest.raises(Forbidden, match="You asked for this call"):
         await store.decide(calls["refund"].id, Approve(), actor=SERVICE)
     await store.decide(calls["refund"].id, Deny(reason="Not mine to approve."), actor=SERVICE)  # denying is allowed
     with pytest.raises(UserError, match="needs a reason"):
@@ -294,7 +295,7 @@ async def test_the_approver_settles_a_call_whose_outcome_is_unknown(
 ) -> None:
     run_id, calls = await unknown_outcomes(store, tmp_path)
     refund = calls["refund"]
-    with pytest.raises(Forbidden, match="started this run"):  # approving one's own run stays forbidden
+    with pytest.raises(Forbidden, match="You asked for this call"):  # approving one's own run stays forbidden
         await store.decide(refund.id, Approve(), actor=SERVICE)
     settled = await store.decide(refund.id, verdict, actor=ALICE)  # alice approved it before it ran
     assert (settled.status, settled.decided_by) == (status, "alice")

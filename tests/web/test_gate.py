@@ -451,3 +451,74 @@ async def test_the_mcp_gateway_asks_as_its_own_engine_and_its_retries_find_the_w
     assert unknown.status_code == 422  # the hooks' engines ask through their own endpoint
     call = await web.store.get_call(first.json()["call_id"])
     assert (await web.store.get_run(call.run_id)).engine == "mcp"
+
+
+# Sessions belong to who opened them; every call knows who asked it (issue 36)
+
+OWN_CALL = "You asked for this call, so another reviewer must approve it."
+NOT_YOUR_SESSION = "Session 's1' of 'billing' was opened by another token or user; use a session id of your own"
+
+
+async def test_a_session_is_its_openers_and_whoever_asked_a_call_never_approves_it(web: WebApp) -> None:
+    """The reported hole: carol's asking token put a call into the session the billing service's token opened,
+    and carol's deciding token, not the run's starter, approved it. Now the ask is refused and nothing stored,
+    and a call carol asks in a session of her own waits for another reviewer."""
+    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    billing = await web.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+    carol_asks = await web.store.create_token(
+        "carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"]
+    )
+    carol_decides = await web.store.create_token(
+        "carol-own", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:decide", "calls:read"]
+    )
+    opened = gate_call(source="billing", session_id="s1")
+    slipped = gate_call(
+        source="billing", session_id="s1", idempotency_key="call-2", args={"order_id": "A-9", "amount": 900}
+    )
+
+    def bearer(token: str) -> httpx.AsyncClient:
+        return web.client(headers={"Authorization": f"Bearer {token}"})
+
+    async with bearer(billing) as service, bearer(carol_asks) as carol, bearer(carol_decides) as carol_decider:
+        first = await service.post("/api/gate/calls", json=opened)
+        assert first.status_code == 201, first.text
+        assert (await web.store.get_call(first.json()["call_id"])).requested_by == "token:billing"
+
+        refused = await carol.post("/api/gate/calls", json=slipped)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["detail"] == NOT_YOUR_SESSION
+        peek = await carol.post("/api/gate/calls", json=opened)  # the opener's key: not handed to another asker
+        assert peek.status_code == 403 and "was opened by another token or user" in peek.json()["detail"]
+        waited = await carol.get(f"/api/gate/calls/{first.json()['call_id']}")
+        assert waited.status_code == 403  # nor may she wait on (or be handed) the opener's call
+        async with web.api("admin") as admin:  # an admin may settle a session's calls, not ask in it
+            assert (await admin.post("/api/gate/calls", json=slipped)).status_code == 403
+
+        own = await carol.post("/api/gate/calls", json={**slipped, "session_id": "carol-1"})
+        assert own.status_code == 201, own.text
+        own_id = own.json()["call_id"]
+        assert (await web.store.get_call(own_id)).requested_by == "carol"
+        approved = await carol_decider.post(f"/api/calls/{own_id}/decision", json={"verdict": "approve"})
+        assert approved.status_code == 403 and approved.json()["detail"] == OWN_CALL
+        edit = {"verdict": "edit", "args": {"order_id": "A-9", "amount": 1}}
+        assert (await carol_decider.post(f"/api/calls/{own_id}/decision", json=edit)).status_code == 403
+        shown = (await carol_decider.get(f"/api/calls/{own_id}")).json()
+        assert shown["status"] == "pending" and shown["requested_by"] == "carol"
+
+    stored = (await web.store.list_calls(status=None)).items
+    assert sorted(c.id for c in stored) == sorted([first.json()["call_id"], own_id])  # nothing slipped in
+    billing_run = (await web.store.get_call(first.json()["call_id"])).run_id
+    assert [c.tool_call_id for c in await web.store.run_calls(billing_run)] == ["call-1"]
+    refusals = [e for e in (await web.store.audit_events()).items if e.action == "call.refused"]
+    assert sorted(e.actor for e in refusals) == ["api-admin", "carol", "carol"]
+    assert all(e.details["reason"] == NOT_YOUR_SESSION and e.details["session_id"] == "s1" for e in refusals)
+    await decide(web, own_id, {"verdict": "approve"})  # another reviewer may
+    assert (await web.store.verify_audit()).ok
+
+
+async def test_a_hook_in_another_tokens_session_is_denied_and_nothing_is_stored(web: WebApp) -> None:
+    async with await asking_client(web) as agent, await asking_client(web, name="intruder") as intruder:
+        await hook(agent, claude_input(tool_use_id="toolu_1"))  # waits for a person (the fallback answers meanwhile)
+        decision, said, _ = decision_of(await hook(intruder, claude_input(tool_use_id="toolu_2")))
+    assert decision == "deny" and "was opened by another token or user" in (said or "")
+    assert [c.tool_call_id for c in (await web.store.list_calls(status=None)).items] == ["toolu_1"]

@@ -562,17 +562,17 @@ async def test_quorum_and_own_runs_are_explained_on_the_card(web: WebApp, tmp_pa
     )
     assert "<strong>Approved</strong> by <strong>bob</strong>" in second.text
     assert second.text.count('class="decision"') == 2
-    # a run alice started herself: she may deny its calls but not approve them
+    # a run alice started herself (so she asked its calls): she may deny its calls but not approve them
     _, own = await paused(web, tmp_path, agent="mailer", actor=Actor("alice", "reviewer"))
     page = (await alice.get(f"/calls/{own['send_email'].id}")).text
-    assert "You started this run, so another reviewer must approve its calls." in page
+    assert "You asked for this call, so another reviewer must approve it." in page
     assert f"/calls/{own['send_email'].id}/approve" not in page and "Deny…" in page
     forced = await alice.post(
         f"/calls/{own['send_email'].id}/approve",
         data={"args_digest": own["send_email"].args_digest, "csrf_token": alice_csrf},
         headers=HX,
     )
-    assert forced.status_code == 403 and "may not approve its calls" in forced.text and is_fragment(forced)
+    assert forced.status_code == 403 and "another reviewer must approve it" in forced.text and is_fragment(forced)
 
 
 async def test_the_approver_denies_a_quorum_call_and_settles_an_unknown_outcome_on_the_card(

@@ -337,6 +337,8 @@ class CallOut(FromRow):
     """The version of `rule` that did."""
     approver_groups: list[str] | None
     """The groups a rule routed the call to: only their members approve it (null: any reviewer)."""
+    requested_by: str | None = None
+    """Who asked for the call (a gate's token or user, a run's starter): they may never approve it."""
     created_at: dt.datetime
     updated_at: dt.datetime
 

@@ -61,8 +61,11 @@ async def ask(
 async def wait_for(
     service: ApprovalService, call_id: str, *, actor: Actor, wait: float, gone: Gone | None = None
 ) -> GateAnswer:
-    """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call)."""
-    return await _answered(service, await service.store.get_call(call_id), actor=actor, wait=wait, gone=gone)
+    """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call).
+
+    Only the one who asked for it (or an admin) hears it: `Forbidden` for anyone else."""
+    call = await service.store.asked_call(call_id, actor=actor)
+    return await _answered(service, call, actor=actor, wait=wait, gone=gone)
 
 
 async def _answered(

@@ -95,8 +95,11 @@ bench: install llm-server clis ## Run the benchmarks in bench/ and print their n
 	$(UV) sync --locked --all-extras --group bench
 	@for f in bench/bench_*.py; do echo "== $$f"; $(RUN) python $$f || exit 1; done
 
-run: install ## Start the app with the demo agent on SQLite (http://127.0.0.1:8000; HOST=, PORT= to change).
-	$(RUN) approvals serve --demo --host $(HOST) --port $(PORT)
+# The demo's database is approvals.db here (`make clean` removes it), not the per-user one `approvals serve` uses
+# by default: demo users and runs stay out of a real setup. APPROVALS_DATABASE_URL= to choose another.
+run: install ## Start the app with the demo agent on SQLite in ./approvals.db (http://127.0.0.1:8000; HOST=, PORT= to change).
+	APPROVALS_DATABASE_URL=$${APPROVALS_DATABASE_URL:-sqlite:///$(CURDIR)/approvals.db} \
+		$(RUN) approvals serve --demo --host $(HOST) --port $(PORT)
 
-clean: ## Remove the virtual environment and caches.
+clean: ## Remove the virtual environment, caches and the demo's database (never the per-user one).
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache approvals.db approvals.db-*

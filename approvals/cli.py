@@ -148,12 +148,19 @@ def run_async(function: Callable[[], Awaitable[T]]) -> T:
     except ApprovalsError as exc:
         fail(str(exc))
     except (OperationalError, DBAPIError) as exc:
-        fail(f"cannot use the database: {str(exc.orig or exc).splitlines()[0]}")
+        from .first_run import schema_hint
+
+        problem = str(exc.orig or exc).splitlines()[0]
+        fail(f"cannot use the database: {problem}{schema_hint(problem)}")
     raise AssertionError("unreachable")
 
 
 def with_store(database_url: str, action: Callable[[Store], Awaitable[T]]) -> T:
+    from .first_run import missing_database
     from .store import Database, Store
+
+    if (missing := missing_database(database_url)) is not None:  # a missing SQLite file is not created here
+        fail(missing)
 
     async def main() -> T:
         database = Database(database_url)
@@ -169,10 +176,14 @@ def migrate(database_url: str) -> None:
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     from .exceptions import ApprovalsError
+    from .first_run import prepare_database
     from .store.migrate import upgrade
 
     try:
+        prepare_database(database_url)  # the per-user data directory, on first use
         upgrade(database_url)
+    except OSError as exc:
+        fail(f"cannot create the database: {exc}")
     except ApprovalsError as exc:
         fail(str(exc))
     except (OperationalError, DBAPIError) as exc:
@@ -233,7 +244,11 @@ def serve(
         if not settings.worker:
             typer.echo("demo runs are queued; start `approvals worker --demo` to run them")
     show_logs(settings.log_format)
-    typer.echo(f"approvals: serving http://{host}:{port} (database {_safe_url(settings.database_url)})")
+    from .first_run import shown_url
+
+    typer.echo(f"Database: {shown_url(settings.database_url)}")
+    with_store(settings.database_url, lambda store: tell_first_admin(store, database_url, config))
+    typer.echo(f"approvals: serving http://{host}:{port}")
     uvicorn.run(
         create_app(settings, registry=registry),
         host=host,
@@ -278,6 +293,7 @@ def worker(
     registry = load_agents(settings.agents, demo=demo)
     if not registry.names:
         fail("no agents to serve: pass --agent package.module:agent (or --demo)")
+    migrate(settings.database_url)  # like serve: creates a missing database, brings an old one up to date
     agents = ", ".join(registry.names)
     show_logs(settings.log_format)
     from approvals_web.telemetry import configure_tracing  # the CLI is the one place the core meets the web layer
@@ -346,9 +362,12 @@ def db_current(database_url: DatabaseOption = None, config: ConfigOption = None)
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     from .exceptions import ApprovalsError
+    from .first_run import missing_database
     from .store.migrate import current_revision, head_revision
 
     settings = settings_for(config, database_url)
+    if (missing := missing_database(settings.database_url, tables=False)) is not None:
+        fail(missing)
     try:
         current = current_revision(settings.database_url)
     except ApprovalsError as exc:
@@ -999,14 +1018,17 @@ def _demo_model_name(registry: AgentRegistry) -> str:
     return f"model {model.model_name}" if model is not None else "no model"
 
 
-def _safe_url(url: str) -> str:
-    from .exceptions import ApprovalsError
-    from .store.db import normalize_url
+async def tell_first_admin(store: Store, database_url: str | None, config: Path | None) -> None:
+    """On a database without users, how to add the first admin (whose password `users add` prints once)."""
+    from .first_run import first_admin_command
 
-    try:
-        return normalize_url(url).render_as_string(hide_password=True)
-    except ApprovalsError:
-        return "<invalid>"
+    if await store.list_users():
+        return
+    typer.secho(
+        "No users yet. Create yourself as the first admin (it prints your password once), then log in:\n"
+        f"    {first_admin_command(database_url, config)}",
+        fg=typer.colors.YELLOW,
+    )
 
 
 def main() -> None:

@@ -93,6 +93,15 @@ def cheap_password_hashes() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A data directory of the session's own (`XDG_DATA_HOME`, inherited by the processes tests start): a command
+    run without a database URL uses a per-user database there, never the real user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

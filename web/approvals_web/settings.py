@@ -17,6 +17,7 @@ from approvals.channels.settings import (
 )
 from approvals.channels.webhooks import webhook_site
 from approvals.exceptions import UserError
+from approvals.first_run import default_database_url
 from approvals.policy.rules import parse_duration
 from approvals.store.accounts import check_groups
 from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
@@ -30,8 +31,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="APPROVALS_", env_file=None, extra="ignore")
 
-    database_url: str = "sqlite:///approvals.db"
-    """Where runs, calls and the audit log live: a SQLite file or a PostgreSQL URL."""
+    database_url: str = Field(default_factory=default_database_url)
+    """Where runs, calls and the audit log live: a SQLite file or a PostgreSQL URL; by default a SQLite file in the
+    user's data directory, `$XDG_DATA_HOME/approvals/approvals.db` (`~/.local/share/approvals/approvals.db`)."""
     agents: list[str] = Field(default_factory=list)
     """Import paths of the agents this process serves, e.g. ["myapp.agents:support_agent"]."""
     secret_key: str = Field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)

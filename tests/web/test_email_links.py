@@ -37,6 +37,7 @@ from approvals.store.models import EmailLinkRow
 from ..fixtures.smtp_server import Delivered, SmtpServer, smtp_server
 from .conftest import WebApp
 from .test_email import SERVICE, eventually, gate_refund, mailing, paused_run, reviewers
+from .test_gate import gate_call
 
 pytestmark = pytest.mark.anyio
 
@@ -236,6 +237,31 @@ async def test_a_disabled_reviewer_or_one_outside_the_groups_is_refused(web: Web
         denied = await browser.post(path_of(fred.link("Deny")), data={"reason": "Not ours to refund."})
         assert denied.status_code == 200  # anyone may deny; only finance may approve
     assert (await web.store.get_call(call_id)).decided_by == "fred"
+
+
+async def test_whoever_asked_a_call_cannot_approve_it_by_mail(web: WebApp, smtp: SmtpServer) -> None:
+    """Carol is in finance and asks a refund through the gate with her own token: her mail's Approve is refused."""
+    await reviewers(web)
+    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    await web.store.set_user_groups("carol", ["finance"], actor=SYSTEM)
+    await web.store.set_user_contact("carol", actor=SYSTEM, email="carol@example.com")
+    token = await web.store.create_token("carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"])
+    async with mailing(web, smtp):
+        async with web.client(headers={"Authorization": f"Bearer {token}"}) as carol:
+            body = gate_call(session_id="carol-1", args={"order_id": "A-1", "amount": 120})
+            asked = await carol.post("/api/gate/calls", json=body)
+        assert asked.status_code == 201, asked.text
+        mail = await mail_for(web, smtp, "carol@example.com")
+    call_id = asked.json()["call_id"]
+    async with web.client() as browser:
+        refused = await browser.post(path_of(mail.link("Approve")))
+        assert refused.status_code == 403, refused.text
+        assert html.escape(refusal_sentence(CallRefusal.OWN_CALL)) in refused.text
+        assert (await web.store.get_call(call_id)).status == "pending"
+        assert all(link.used_at is None for link in await web.store.email_links_of(call_id))
+        denied = await browser.post(path_of(mail.link("Deny")), data={"reason": "Asked by mistake."})
+        assert denied.status_code == 200  # she may still take her own call back
+    assert (await web.store.get_call(call_id)).status == "denied"
 
 
 async def test_one_of_many_concurrent_claims_of_a_link_wins(web: WebApp, smtp: SmtpServer) -> None:

@@ -132,6 +132,20 @@ async def test_for_me_lists_the_calls_a_reviewer_may_approve_now_in_the_inbox_an
     assert 'href="/rules/big-refunds"' in everything.text
 
 
+async def test_whoever_asked_a_call_may_not_approve_and_remember_it(web: WebApp) -> None:
+    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    await setup(web, carol=["finance"])
+    async with bearer(web, await own_token(web, "carol", scopes=["calls:ask"])) as carol_agent:
+        hers = await asked(web, carol_agent, "hers", 100, session_id="carol-1")  # routed to finance, carol's
+    async with bearer(web, await own_token(web, "carol", role="reviewer")) as carol:
+        remembered = await carol.post(
+            f"/api/calls/{hers['call_id']}/approve-and-remember", json={"scope": "session", "duration": "1h"}
+        )
+    assert assert_problem(remembered, 403)["detail"] == refusal_sentence(CallRefusal.OWN_CALL)
+    assert (await web.store.get_call(hers["call_id"])).status == CallStatus.PENDING
+    assert [rule.name for rule in (await web.store.rules_in_force()).rules if rule.name.startswith("remembered")] == []
+
+
 async def test_an_outsider_is_refused_by_the_page_and_the_api_alike_and_a_member_approves(web: WebApp) -> None:
     await setup(web, alice=["finance"])
     async with await asking_client(web) as agent:

@@ -34,12 +34,13 @@ from approvals_web.settings import Settings
 from ..fixtures.fake_slack import FakeSlack, SlackMessage, running_fake_slack
 from ..store.agents import email_agent, shop_agent
 from .conftest import PASSWORDS, ROLES, WebApp
+from .test_gate import gate_call
 
 pytestmark = pytest.mark.anyio
 
 PUBLIC_URL = "https://approvals.example"
 REVIEW, FINANCE, LOCKED = "C0REVIEW", "C0FINANCE", "C0LOCKED"
-ALICE, BOB, NOBODY, EVE = "U0ALICE", "U0BOB", "U0NOBODY", "U0EVE"
+ALICE, BOB, NOBODY, EVE, CAROL = "U0ALICE", "U0BOB", "U0NOBODY", "U0EVE", "U0CAROL"
 SERVICE = Actor("svc", "reviewer")
 ROUTING = """
 rules:
@@ -335,6 +336,26 @@ async def test_a_reviewer_outside_the_routed_group_is_refused_privately(
     assert told["channel"] == FINANCE
     assert refusal_sentence(CallRefusal.NOT_IN_GROUPS).split(":")[0] in told["text"]
     assert (await web.store.get_call(refund.id)).status == CallStatus.PENDING
+
+
+async def test_whoever_asked_a_call_is_refused_privately_when_they_click_approve(web: WebApp, fake: FakeSlack) -> None:
+    """Carol asks through the gate with her own token; her Slack click on Approve is hers too, so it is refused."""
+    fake.add_user(CAROL, "carol")
+    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    await web.store.set_user_contact("carol", actor=SYSTEM, slack_user_id=CAROL)
+    token = await web.store.create_token("carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"])
+    async with web.client(headers={"Authorization": f"Bearer {token}"}) as carol:
+        asked = await carol.post("/api/gate/calls", json=gate_call(source="billing", session_id="carol-1"))
+    assert asked.status_code == 201, asked.text
+    call = await web.store.get_call(asked.json()["call_id"])
+    [message] = await posted_about(fake, call)
+    async with web.client() as slack_side:
+        assert (await fake.click(slack_side, message, ACTION_APPROVE, CAROL)).status_code == 200
+    [told] = await ephemeral_to(fake, CAROL)
+    assert refusal_sentence(CallRefusal.OWN_CALL) in told["text"]
+    assert (await web.store.get_call(call.id)).status == CallStatus.PENDING
+    assert await web.store.decisions_for(call.id) == []
+    assert has_buttons(fake.message(REVIEW, message.ts))  # still waiting for another reviewer
 
 
 async def test_interactions_need_slack_configured(db_url: str, fake: FakeSlack) -> None:

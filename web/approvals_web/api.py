@@ -347,8 +347,8 @@ async def decide(
     description=(
         "Approves the call as `decision` does, then makes a narrow rule (`remembered-...`): the same agent and tool, "
         "this session or any (`scope`), the `pinned` arguments' values or a `condition`, until `duration` ends. You "
-        "may remember only what you may approve: a call you may not approve is a 403 (outside its groups, your own "
-        "run), one that needs several approvals a 400. The rule's author (or an admin) may remove it."
+        "may remember only what you may approve: a call you may not approve is a 403 (outside its groups, asked for by "
+        "you, your own run), one that needs several approvals a 400. The rule's author (or an admin) may remove it."
     ),
     responses=errors(400, 401, 403, 404, 409, 422),
 )

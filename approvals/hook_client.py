@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ("BLOCK", "HookFailed", "accepts", "ask_server", "main")
+__all__ = ("BLOCK", "HookFailed", "accepts", "ask_server", "main", "usage")
 
 BLOCK = 2
 """The exit code that blocks the tool in every CLI we hook."""
@@ -230,6 +230,7 @@ def main(argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: 
 
     `--wait`: how long the server waits for a person before its fallback; `--grace`: how much
     longer to keep asking a server that cannot be reached (a restart, say) before blocking.
+    `-h`/`--help` prints `usage()` and returns 0, reading and asking nothing.
     """
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout
@@ -251,6 +252,10 @@ def main(argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: 
             fallback=options.get("fallback"),
             grace=float(options.get("grace", RESTART_GRACE)),
         )
+    except _HelpWanted as wanted:  # before anything is read or asked
+        stdout.write(usage(wanted.cli))
+        stdout.flush()
+        return 0
     except (HookFailed, ValueError) as exc:
         stderr.write(f"Blocked by approvals: {exc}\n")
         stderr.flush()
@@ -260,14 +265,67 @@ def main(argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: 
     return 0
 
 
+HELP_FLAGS = ("-h", "--help")
+_FALLBACKS = {
+    "claude-code": "deny (the default), ask or defer",
+    "codex": "deny",
+    "gemini": "deny",
+    "cursor": "ask (the default) or deny",
+}
+"""What each CLI's hook may fall back to, as `approvals.engines.gate.hooks.FORMATS` says (a test checks)."""
+
+
+class _HelpWanted(Exception):
+    """`-h`/`--help` among the arguments: the usage is printed instead of asking anything."""
+
+    def __init__(self, cli: str | None) -> None:
+        super().__init__(cli)
+        self.cli = cli
+
+
+def _usage_line(cli: str | None) -> str:
+    return (
+        f"usage: approvals hook {cli or '{' + ','.join(CLIS) + '}'} [--wait S] [--grace S] [--fallback F] [--url URL]"
+    )
+
+
+def usage(cli: str | None = None) -> str:
+    """The help of `approvals hook [<cli>] --help`: the options and the environment variables the hook reads."""
+    fallbacks = "".join(f"\n                   {name}: {_FALLBACKS[name]}" for name in ([cli] if cli else CLIS))
+    return f"""{_usage_line(cli)}
+
+The pre-tool hook of {cli or "a coding CLI"}: it reads the hook's JSON on standard input, asks the
+approvals server and prints the answer the CLI reads. Without an answer to trust (the server
+down past the grace, no decision in time, an error) it blocks the tool: exit code 2, the
+reason on standard error.
+
+options:
+  --wait S       seconds the server waits for a person before the fallback (default {DEFAULT_WAIT:g})
+  --grace S      seconds to keep asking a server that cannot be reached: from the start while
+                 it never was, beyond the wait once it was (a restart) (default {RESTART_GRACE:g})
+  --fallback F   the answer when nobody decided in time:{fallbacks}
+  --url URL      the approvals server (default: APPROVALS_URL, else {DEFAULT_URL})
+  -h, --help     show this help and exit
+
+environment:
+  APPROVALS_URL    the approvals server, when there is no --url
+  APPROVALS_TOKEN  an API token with the calls:ask scope (required)
+
+`approvals hook install {cli or "<cli>"}` adds this hook to the CLI's settings (see its --help).
+"""
+
+
 def _parse(argv: Sequence[str]) -> tuple[str, dict[str, str]]:
+    if argv and argv[0] in HELP_FLAGS:
+        raise _HelpWanted(None)
     if not argv or argv[0] not in _ACCEPTS:
-        choices = ",".join(CLIS)
-        raise HookFailed(f"usage: approvals hook {{{choices}}} [--wait S] [--grace S] [--fallback F] [--url URL]")
+        raise HookFailed(_usage_line(None))
     options: dict[str, str] = {}
     rest = list(argv[1:])
     while rest:
         flag = rest.pop(0)
+        if flag in HELP_FLAGS:
+            raise _HelpWanted(argv[0])
         name, _, value = flag.partition("=")
         if name not in ("--wait", "--fallback", "--url", "--grace"):
             raise HookFailed(f"unknown option {flag!r}")

@@ -73,7 +73,9 @@ class ApprovalService:
         out (`executing`) in the same transaction.
         """
         tool = self.registered_tool(request.source, request.tool_name) if request.json_schema is None else None
-        return await self.store.request_call(validate_request(request, tool), actor=actor, hand_out=hand_out)
+        # In a worker thread: a caller's schema may take up to its time budget to check, never the event loop's.
+        validated = await anyio.to_thread.run_sync(validate_request, request, tool)
+        return await self.store.request_call(validated, actor=actor, hand_out=hand_out)
 
     async def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
         """A reviewer's edited arguments, checked by the validator that checked the call's own.
@@ -94,7 +96,8 @@ class ApprovalService:
             raise NotFound(f"Tool {call.tool_name!r} of agent {call.agent_name!r} is not available to validate edits")
         definition = await self.store.tool_definition(call.tool_version)
         try:
-            return validate_with_schema(call.tool_name, definition.parameters_json_schema, args)
+            schema = definition.parameters_json_schema
+            return await anyio.to_thread.run_sync(validate_with_schema, call.tool_name, schema, args)
         except InvalidArguments as exc:
             raise InvalidEdit(exc.tool_name, exc.errors, str(exc)) from None
 

@@ -44,10 +44,14 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, PydanticJsonSchemaWarning
 from typing_extensions import is_typeddict
 
+from ._bounded_jsonschema import TooCostly, bounded, budget, schema_problems
+from ._bounded_jsonschema import install as install_linear_patterns
 from ._docstrings import DocstringFormat, ParsedDocstring, parse_docstring
 from ._extra_keys import forbid_extra, own_keys_only
 from ._run_context import RunContext
 from ._schema_cache import SCHEMA_CACHE, Options
+
+install_linear_patterns()  # no schema may make validation backtrack for ever (see _bounded_jsonschema)
 
 JsonSchema = dict[str, Any]
 _MAX_INPUT_SHOWN = 60
@@ -216,12 +220,19 @@ class JsonSchemaArgs(ArgsSchema):
     def __init__(self, json_schema: JsonSchema) -> None:
         self.json_schema = json_schema
         validator_cls = jsonschema.validators.validator_for(json_schema, default=jsonschema.Draft202012Validator)
-        self._validator = validator_cls(json_schema, format_checker=validator_cls.FORMAT_CHECKER)
+        self._validator = bounded(validator_cls)(json_schema, format_checker=validator_cls.FORMAT_CHECKER)
 
     def validate_python(self, data: Any) -> Any:
+        """The arguments, or `ArgsInvalid` with every error; bounded in time whatever the schema (`budget`)."""
+        try:
+            with budget():
+                found = list(self._validator.iter_errors(data))
+        except (TooCostly, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, TooCostly) else "the arguments nest too deeply to check"
+            raise ArgsInvalid([ArgError("", why)]) from None
         errors = [
             ArgError(".".join(str(p) for p in error.absolute_path), error.message)
-            for error in sorted(self._validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+            for error in sorted(found, key=lambda e: list(map(str, e.absolute_path)))
         ]
         if errors:
             raise ArgsInvalid(errors)
@@ -253,6 +264,7 @@ def check_json_schema(json_schema: Any) -> list[str]:
         validator_cls.check_schema(dict(json_schema))
     except jsonschema.SchemaError as exc:
         problems.append(f"json_schema is not a valid JSON schema: {exc.message}")
+    problems.extend(schema_problems(json_schema))
     return problems
 
 

@@ -1,0 +1,71 @@
+"""A gate caller's schema cannot stall the server: costly validation is bounded and runs off the event loop.
+
+Real HTTP through the app, on SQLite and PostgreSQL. Before, a `calls:ask` token sending
+`"pattern": "^(a+)+$"` and 40 characters stalled every request of the process for years.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from .conftest import WebApp
+from .test_gate import asking_client, gate_call
+
+pytestmark = pytest.mark.anyio
+
+
+def exponential_schema() -> dict[str, Any]:
+    """`anyOf` whose two branches both check the same child: 2^depth checks for arguments nested `depth` deep."""
+    node = {
+        "anyOf": [
+            {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
+            {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 5},
+        ]
+    }
+    return {"type": "object", "$defs": {"node": node}, "properties": {"x": {"$ref": "#/$defs/node"}}}
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"  # matches neither branch, so every path is tried
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_backtracking_pattern_is_an_ordinary_refusal(web: WebApp) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a+)+$"}}}
+    async with await asking_client(web) as agent:
+        refused = await agent.post("/api/gate/calls", json=gate_call(json_schema=schema, args={"x": "a" * 60 + "b"}))
+        assert refused.status_code == 422, refused.text
+        assert "does not match" in refused.text
+        lookaround = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?=a)a"}}}
+        unusable = await agent.post("/api/gate/calls", json=gate_call(json_schema=lookaround, args={"x": "a"}))
+        assert unusable.status_code in (400, 422) and "linear time" in unusable.text, unusable.text
+    assert (await web.store.list_calls(status=None)).items == []
+
+
+async def test_the_server_answers_others_while_a_costly_schema_is_checked(web: WebApp) -> None:
+    """The costly request ends in a 422 after its budget; /healthz answered meanwhile, before it ended."""
+    finished: list[str] = []
+    async with await asking_client(web) as agent, web.client() as probe:
+
+        async def costly() -> None:
+            body = gate_call(json_schema=exponential_schema(), args={"x": nested(40)})
+            response = await agent.post("/api/gate/calls", json=body)
+            assert response.status_code == 422, response.text
+            assert "takes longer than" in response.text
+            finished.append("costly")
+
+        async def health() -> None:
+            await anyio.sleep(0.05)  # the costly request is being checked by now
+            assert (await probe.get("/healthz")).status_code == 200
+            finished.append("health")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(costly)
+            group.start_soon(health)
+    assert finished == ["health", "costly"]
+    assert (await web.store.list_calls(status=None)).items == []

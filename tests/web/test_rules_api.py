@@ -44,11 +44,10 @@ YAML = {"content-type": "application/yaml"}
 
 
 async def ask(web: WebApp, tool: str, args: dict[str, Any], key: str) -> dict[str, Any]:
-    """A call asked through the gate, with no schema (any arguments)."""
+    """A call asked through the gate, with no schema (any arguments), by a token of its own in a session of its own."""
     async with await asking_client(web, name=f"agent-{key}") as agent:
-        response = await agent.post(
-            "/api/gate/calls", json=gate_call(tool_name=tool, args=args, idempotency_key=key, json_schema=None)
-        )
+        body = gate_call(tool_name=tool, args=args, idempotency_key=key, json_schema=None, session_id=f"s-{key}")
+        response = await agent.post("/api/gate/calls", json=body)
         assert response.status_code == 201, response.text
         answer: dict[str, Any] = response.json()
         return answer

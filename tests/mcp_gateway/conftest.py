@@ -142,6 +142,8 @@ class Gateway:
     extra: tuple[str, ...] = ()
     """More `approvals mcp` options."""
     log: Path = field(init=False)
+    port: int = field(init=False, default=0)
+    """Where `http_client` serves the gateway."""
 
     def __post_init__(self) -> None:
         self.log = self.workdir / "gateway.log"
@@ -182,7 +184,7 @@ class Gateway:
     @asynccontextmanager
     async def http_client(self, name: str = "test-client") -> AsyncIterator[Client[Any]]:
         """The gateway serving streamable HTTP, and FastMCP's client on it."""
-        port = free_port()
+        self.port = port = free_port()
         process = self._start("--transport", "http", "--port", str(port))
         try:
             await _until_listening(process, port, self.log)

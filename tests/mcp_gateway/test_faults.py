@@ -4,9 +4,12 @@ in time, the gateway restarted (and its client gone) while a call waits, an upst
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -170,3 +173,87 @@ async def test_an_upstream_that_dies_in_the_middle_of_a_call_leaves_its_outcome_
     [call] = await approvals.calls()
     assert call.status == "outcome_unknown" and f"/calls/{call.id}" in text(result)
     assert not target.exists()
+
+
+async def test_arguments_the_tools_schema_refuses_are_told_as_invalid_not_as_an_outage(
+    approvals: Approvals, gateway: Gateway
+) -> None:
+    """The gate answers 422 with the schema's errors: the model reads that its arguments were wrong, and which,
+    so it can call again with better ones; nothing is stored and nothing runs."""
+    repo = gateway.upstreams.repo
+    gateway.servers = ("git",)
+    staged(repo)
+    async with gateway.client() as client:
+        result = await client.call_tool("git_commit", {"repo_path": str(repo), "message": 7}, raise_on_error=False)
+    assert result.is_error
+    assert "git_commit was not run: its arguments are not valid" in text(result), text(result)
+    assert "message" in text(result) and "again with arguments that match its input schema" in text(result)
+    assert "could not be asked" not in text(result)
+    assert _log(repo) == ["first"] and await approvals.calls() == []
+
+
+MCP_SDK_CLIENT = """
+\"\"\"The official MCP SDK's streamable HTTP client: initialize, say so, then call one tool and wait.\"\"\"
+import json
+import sys
+
+import anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
+
+
+async def main(url: str, tool: str, arguments: str) -> None:
+    async with streamable_http_client(url) as (read, write):
+        async with ClientSession(read, write, client_info=Implementation(name="sdk-client", version="1")) as session:
+            await session.initialize()
+            print("calling", flush=True)
+            await session.call_tool(tool, json.loads(arguments))
+
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+async def eventually(check: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    """Return once `check()` holds, polling; fail saying `what` did not happen within `seconds`."""
+    with anyio.move_on_after(seconds):
+        while not check():
+            await anyio.sleep(0.05)
+        return
+    pytest.fail(f"{what} within {seconds:.0f} s")
+
+
+async def test_a_client_killed_over_streamable_http_while_its_call_waits_runs_nothing_once_approved(
+    approvals: Approvals, gateway: Gateway, tmp_path: Path
+) -> None:
+    """The gateway serves streamable HTTP; the official SDK's client, in a process of its own, is killed (SIGKILL)
+    while its git_commit waits for a person. The gateway stops waiting for it: approved afterwards, the call stays
+    approved, not handed out, and nothing runs; the retry of a live client with the same arguments finds that very
+    call and runs it once."""
+    repo = gateway.upstreams.repo
+    gateway.servers = ("git",)
+    args = staged(repo)
+    script = tmp_path / "sdk_client.py"
+    script.write_text(MCP_SDK_CLIENT)
+    async with gateway.http_client("sdk-client") as retrying:
+        url = f"http://127.0.0.1:{gateway.port}/mcp"
+        command = [sys.executable, str(script), url, "git_commit", json.dumps(args)]
+        with (tmp_path / "client.log").open("wb") as out:
+            killed = await anyio.open_process(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            call = await approvals.pending_call()
+        finally:
+            killed.kill()  # SIGKILL: no cancel notification, no DELETE of its session
+            await killed.wait()
+        await eventually(
+            lambda: "the MCP client left while git_commit waited" in gateway.log.read_text(),
+            f"the gateway did not notice its client left:\n{gateway.log.read_text()[-3000:]}\nThe gateway",
+        )
+        await approvals.decide(call.id, {"verdict": "approve"})
+        assert (await approvals.call(call.id)).status == "approved"  # decided, and handed out to nobody
+        assert _log(repo) == ["first"]
+        result = await retrying.call_tool("git_commit", args, raise_on_error=False)
+    assert not result.is_error, text(result)
+    assert _log(repo) == ["approved", "first"]
+    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]

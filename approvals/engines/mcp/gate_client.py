@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-__all__ = ("GateAnswer", "GateClient", "GateRefused", "GateUnavailable")
+__all__ = ("GateAnswer", "GateClient", "GateRefused", "GateUnavailable", "InvalidArguments")
 
 logger = logging.getLogger("approvals.mcp")
 
@@ -33,6 +33,14 @@ class GateUnavailable(Exception):
 
 class GateRefused(GateUnavailable):
     """The server refused the request (a bad token, invalid arguments, a conflict): retrying will not help."""
+
+
+class InvalidArguments(GateRefused):
+    """The arguments do not fit the tool's input schema (422): nothing was stored; the model may fix them and retry."""
+
+    def __init__(self, errors: str) -> None:
+        super().__init__(f"the arguments are not valid for this tool: {errors}")
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,7 @@ class GateClient:
         if response.status_code in (401, 403):
             raise GateRefused(f"the approvals server refused the gateway's token: {_detail(response)}")
         if response.status_code == 422:
-            raise GateRefused(f"the arguments are not valid for this tool: {_fields(response)}")
+            raise InvalidArguments(_fields(response))
         if response.status_code >= 500:
             raise GateUnavailable(f"the approvals server failed (HTTP {response.status_code})")
         if response.status_code >= 400:

@@ -12,6 +12,15 @@ notifications between polls when the client asked for them. A client that discon
 cancels the wait: the call stays pending in the inbox, nothing is forwarded, and the
 client's retry with the same arguments finds the call again (`same_arguments_same_call`):
 an approval is only ever acted on by a live request.
+
+Over stdio the client's going ends the gateway's session (and its process), which cancels
+the wait. Over streamable HTTP it does not: the SDK runs a tool call in the MCP session's
+task group, apart from the POST whose SSE stream carries its answer, and the session outlives
+a client killed mid-call (nothing sends `notifications/cancelled`; the session only ends
+after its idle timeout). So the middleware watches the POST itself (`ClientRequest`): its
+ASGI `http.disconnect` cancels the wait, whose long poll then closes and the approvals server
+hands nothing out (it checks the poll is still open first); and right before forwarding the
+request is checked once more.
 """
 
 from __future__ import annotations
@@ -31,10 +40,11 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import Tool, ToolResult
+from starlette.requests import Request
 
-from .gate_client import GateAnswer, GateClient, GateRefused, GateUnavailable
+from .gate_client import GateAnswer, GateClient, GateRefused, GateUnavailable, InvalidArguments
 
-__all__ = ("ApprovalMiddleware", "GateSettings")
+__all__ = ("ApprovalMiddleware", "ClientRequest", "GateSettings")
 
 logger = logging.getLogger("approvals.mcp")
 
@@ -89,10 +99,19 @@ class ApprovalMiddleware(Middleware):
         ctx = context.fastmcp_context
         client = _client_name(ctx)
         source = client or self.settings.source or "mcp"
+        request = ClientRequest.of(ctx)
         try:
-            answer = await self._decision(ctx, tool, args, source=source, client=client)
+            answer = await self._decision_while_there(request, ctx, tool, args, source=source, client=client)
+        except InvalidArguments as exc:  # the model's to fix: not an outage
+            raise ToolError(
+                f"{name} was not run: its arguments are not valid ({exc.errors}). "
+                f"Call {name} again with arguments that match its input schema."
+            ) from None
         except GateUnavailable as exc:
             raise ToolError(f"approvals could not be asked, so {name} was not run: {exc}") from None
+        if answer.decision == "approved" and await request.gone():  # the last look before forwarding
+            await self._not_forwarded(answer)
+            raise ToolError(f"{name} was not run: the client left before it could be.")
         if answer.decision == "approved":
             edited = dict(answer.args) if isinstance(answer.args, dict) else args
             forwarded = context.copy(message=context.message.model_copy(update={"arguments": edited}))
@@ -103,8 +122,74 @@ class ApprovalMiddleware(Middleware):
             raise ToolError(f"Denied by approvals: {answer.reason or 'no reason given'}")
         raise ToolError(f"Not run: {answer.reason or 'nobody decided in time; the call expired.'}")
 
+    async def _decision_while_there(
+        self,
+        request: ClientRequest,
+        ctx: Context | None,
+        tool: Tool,
+        args: dict[str, Any],
+        *,
+        source: str,
+        client: str | None,
+    ) -> GateAnswer:
+        """`_decision`, cancelled as soon as the client's HTTP request is gone (a `ToolError` then).
+
+        Cancelling closes the long poll in flight, so the approvals server hands nothing out: an
+        approved call stays approved for the client's retry with the same arguments to find.
+        """
+        asked: list[GateAnswer] = []
+        outcome: GateAnswer | Exception | None = None
+        async with anyio.create_task_group() as group:
+
+            async def cancel_when_gone() -> None:
+                await request.wait_gone()
+                group.cancel_scope.cancel()
+
+            group.start_soon(cancel_when_gone)
+            try:
+                outcome = await self._decision(ctx, tool, args, source=source, client=client, asked=asked)
+            except Exception as exc:  # raised outside the task group, not wrapped in an exception group
+                outcome = exc
+            group.cancel_scope.cancel()
+        if isinstance(outcome, Exception):
+            raise outcome
+        if outcome is None:  # the watcher cancelled the wait
+            where = f"call {asked[-1].call_id} stays {asked[-1].status}" if asked else "it may not have been stored"
+            logger.warning(
+                "the MCP client left while %s waited for approval: the wait is cancelled and nothing is forwarded; "
+                "%s for a retry with the same arguments",
+                tool.name,
+                where,
+            )
+            raise ToolError(f"{tool.name} was not run: the client left while it waited for approval.")
+        return outcome
+
+    async def _not_forwarded(self, answer: GateAnswer) -> None:
+        """The client left between the gate's approval and the forward: nothing runs.
+
+        If the approvals server had handed the call out already (the client left in the moment
+        between its check that the gateway's poll was open and ours), the call is `executing`
+        with nobody to run it; it is settled `failed`, saying it never ran, rather than left
+        `executing` for ever, and a retry asks anew.
+        """
+        if answer.status == "executing":
+            why = "not run: the MCP client left after the approval, before the call was forwarded to its server"
+            await self._report(answer, "failed", {"error": why})
+        logger.warning(
+            "the MCP client left before approved call %s was forwarded: nothing ran (the call is %s)",
+            answer.call_id,
+            "settled failed" if answer.status == "executing" else f"still {answer.status}",
+        )
+
     async def _decision(
-        self, ctx: Context | None, tool: Tool, args: dict[str, Any], *, source: str, client: str | None
+        self,
+        ctx: Context | None,
+        tool: Tool,
+        args: dict[str, Any],
+        *,
+        source: str,
+        client: str | None,
+        asked: list[GateAnswer],
     ) -> GateAnswer:
         """The call's decision, asked for and waited on up to `settings.wait` seconds."""
         wait = self.settings.wait
@@ -126,6 +211,7 @@ class ApprovalMiddleware(Middleware):
             },
         }
         answer = await self.gate.ask(body, wait=min(self.settings.poll_every, wait))
+        asked.append(answer)
         problem: GateUnavailable | None = None
         while answer.decision == "pending":
             remaining = deadline - time.monotonic()
@@ -177,6 +263,44 @@ class ApprovalMiddleware(Middleware):
             await self.gate.report(answer.call_id, outcome, result)
         except GateUnavailable as exc:  # the call stays `executing` for a person to settle; the result still counts
             logger.warning("could not report the outcome of call %s (%s): %s", answer.call_id, outcome, exc)
+
+
+class ClientRequest:
+    """The HTTP request a tool call came on (streamable HTTP), to tell whether its client is still there.
+
+    The POST's body is read by then, so the only message its ASGI `receive` has left is
+    `http.disconnect` (the connection closed, or the response ended), which stays: reading
+    it here takes nothing from the SSE response that also listens for it. Over stdio there
+    is no request and the client never counts as gone here (its going ends the session).
+    """
+
+    def __init__(self, request: Request | None) -> None:
+        self._request = request
+        self._gone = False
+
+    @classmethod
+    def of(cls, ctx: Context | None) -> ClientRequest:
+        try:
+            request_context = ctx.request_context if ctx is not None else None
+        except RuntimeError:
+            request_context = None
+        request = getattr(request_context, "request", None)
+        return cls(request if isinstance(request, Request) else None)
+
+    async def gone(self) -> bool:
+        """Whether the client's connection closed, without waiting."""
+        if self._request is not None and not self._gone:
+            self._gone = await self._request.is_disconnected()
+        return self._gone
+
+    async def wait_gone(self) -> None:
+        """Return once the client's connection closed (never over stdio)."""
+        if self._request is None:
+            await anyio.sleep_forever()
+            return
+        while (await self._request.receive())["type"] != "http.disconnect":
+            pass
+        self._gone = True
 
 
 def _client_name(ctx: Context | None) -> str | None:

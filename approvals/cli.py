@@ -121,7 +121,11 @@ def settings_for(config: Path | None, database_url: str | None = None, agents: l
         overrides["database_url"] = database_url
     if agents:
         overrides["agents"] = agents
-    return Settings(_env_file=config, **overrides)  # type: ignore[call-arg]
+    settings = Settings(_env_file=config, **overrides)  # type: ignore[call-arg]
+    from .policy.sandbox import set_condition_budget  # for the rules' conditions this process evaluates
+
+    set_condition_budget(settings.condition_budget)
+    return settings
 
 
 def show_logs(log_format: str = "text") -> None:

@@ -10,6 +10,11 @@ A condition sees these variables (`VARIABLES`): the call's validated `args`, its
 caller said about the call: working directory, requester, ...), `requester` (who asked)
 and `now` (a UTC timestamp). A condition must come out `true` or `false`; any other value,
 a missing field or a type error is a failed evaluation, which the rule set treats as `ask`.
+
+A condition's cost is estimated from its text when it is compiled (`cost`): one that may take
+more than `cost.MAX_COST` steps is refused. One estimated cheap whatever the call holds is
+evaluated where it is asked (microseconds); any other runs in a separate process with a time
+budget (`sandbox`), past which it counts as failed.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ("VARIABLES", "Condition", "ConditionFailed", "InvalidCondition", "compile_condition")
+from . import sandbox
+from .cost import Cost, estimate
+
+__all__ = ("VARIABLES", "Condition", "ConditionFailed", "InvalidCondition", "OverBudget", "compile_condition")
 
 VARIABLES: Mapping[str, str] = {
     "args": "the call's validated arguments (a map)",
@@ -84,17 +92,31 @@ class ConditionFailed(Exception):
     """A condition that compiled but could not be evaluated for one call (a missing field, a type error)."""
 
 
+class OverBudget(ConditionFailed):
+    """A condition that outlasted its time budget (`sandbox.condition_budget`) for one call."""
+
+
 @dataclass(frozen=True, eq=False)
 class Condition:
     """A compiled condition; `text` is what its author wrote."""
 
     text: str
     _program: Any
+    cost: Cost | None = None
+    """Its estimated cost; None when the estimate's parser could not follow it (it then runs with a budget)."""
 
     @property
+    def inline(self) -> bool:
+        """Provably cheap: evaluated where it is asked, not in the worker process."""
+        return self.cost is not None and self.cost.inline
+
+    @cached_property
     def constant(self) -> bool | None:
-        """The condition's value when it reads no variable (`true`, `1 > 2`), else None."""
-        if _variables(self._program) & set(VARIABLES):
+        """The condition's value when it reads no variable (`true`, `1 > 2`), else None.
+
+        Worked out once per condition, and only for a cheap one: a costly constant is not judged.
+        """
+        if not self.inline or _variables(self._program) & set(VARIABLES):
             return None
         try:
             value = self._program.execute({})
@@ -102,11 +124,15 @@ class Condition:
             return None
         return value if isinstance(value, bool) else None
 
-    def holds(self, activation: Mapping[str, Any]) -> bool:
-        """Whether the condition is true for this call; `ConditionFailed` when it cannot say.
+    def holds(self, activation: Mapping[str, Any], budget: float | None = None) -> bool:
+        """Whether the condition is true for this call; `ConditionFailed` when it cannot say (`OverBudget`
+        when it took longer than `budget` seconds, `sandbox.condition_budget()` unless given).
 
-        `activation`: the variables (`activation()`), or the same made `prepared` once for several conditions.
+        `activation`: the variables (`activation()`), or the same made `prepared` once for several conditions
+        (those are for inline conditions; others are sent to the worker process as plain values).
         """
+        if not self.inline:
+            return self._holds_elsewhere(activation, budget)
         try:
             value = self._program.execute(activation)
         except Exception as exc:  # the bindings raise KeyError, TypeError, RuntimeError, ...
@@ -115,13 +141,55 @@ class Condition:
             raise ConditionFailed(f"the condition gave {type(value).__name__} {value!r}, not true or false")
         return value
 
+    def _holds_elsewhere(self, activation: Mapping[str, Any], budget: float | None) -> bool:
+        variables = activation if isinstance(activation, dict) else _plain(activation)
+        try:
+            answer = sandbox.evaluator().evaluate(self.text, variables, budget)
+        except sandbox.OverBudget as exc:
+            raise OverBudget(f"{exc}: it counts as failed") from None
+        except sandbox.EvaluatorFailed as exc:
+            raise ConditionFailed(str(exc)) from None
+        if "value" in answer:
+            return bool(answer["value"])
+        if "other" in answer:
+            kind, shown = answer["other"]
+            raise ConditionFailed(f"the condition gave {kind} {shown}, not true or false")
+        kind, text, key = answer["error"]
+        if kind == "KeyError" and key is not None:
+            raise ConditionFailed(f"no field {key!r} (test it first with has(...))")
+        text = str(text).split(". ")[0].strip()
+        raise ConditionFailed(f"{kind}: {text}" if text else str(kind))
+
+
+def _plain(activation: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables of a prepared context, as plain values for the worker process."""
+    found = getattr(activation, "variables", None)
+    return dict(found) if isinstance(found, dict) else dict(activation)
+
 
 def compile_condition(text: str) -> Condition:
     """Compile a condition; `InvalidCondition` with the error's position when it is not valid CEL.
 
     A condition that names a variable a call never has (`arg.amount` for `args.amount`) is
-    refused too: it could only ever fail.
+    refused too: it could only ever fail; so is one whose estimated cost is over `cost.MAX_COST`.
+    Compiled once per text and process (every listing of the rules reads each condition).
     """
+    compiled = _compiled(text)
+    if isinstance(compiled, Condition):
+        return compiled
+    message, line, column = compiled
+    raise InvalidCondition(message, line, column)
+
+
+@lru_cache(maxsize=2048)
+def _compiled(text: str) -> Condition | tuple[str, int | None, int | None]:
+    try:
+        return _compile(text)
+    except InvalidCondition as exc:
+        return (exc.message, exc.line, exc.column)
+
+
+def _compile(text: str) -> Condition:
     if not text.strip():
         raise InvalidCondition("the condition is empty")
     if len(text) > MAX_CONDITION:
@@ -134,7 +202,11 @@ def compile_condition(text: str) -> Condition:
     if unknown:
         known = ", ".join(VARIABLES)
         raise InvalidCondition(f"unknown variable {unknown[0]!r}; a condition may use {known}")
-    return Condition(text, program)
+    cost = estimate(text)
+    refusal = cost.refusal() if cost is not None else None
+    if refusal is not None:
+        raise InvalidCondition(refusal)
+    return Condition(text, program, cost)
 
 
 def _variables(program: Any) -> set[str]:

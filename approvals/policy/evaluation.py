@@ -7,7 +7,10 @@ that decided it (or none: the call asks, as its tool says), and the conditions t
 
 Precedence (`rules`): deny over ask over allow; among asks the strictest. A condition that
 cannot be evaluated for a call (a missing field, a type error) counts as `ask`, so a broken
-rule never lets a call through. A remembered rule stands in for its author's one approval:
+rule never lets a call through; so does one that outlasts its time budget (`conditions`, `sandbox`):
+a condition that is not provably cheap runs in a separate process, so `decide` may wait for it,
+and a caller on an event loop asks `needs_worker` first and decides in a thread when it says so.
+A remembered rule stands in for its author's one approval:
 it allows only calls its author alone could approve (one approval needed, the author in the
 groups that may approve, the author not the one asking), and never beats a deny.
 """
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .conditions import Condition, ConditionFailed, activation, compile_condition, prepared
+from .conditions import Condition, ConditionFailed, OverBudget, activation, compile_condition, prepared
 from .rules import Effect, Kind, RuleSpec
 
 __all__ = ("NO_RULE", "AskedCall", "Failure", "Outcome", "RuleSet", "StoredRule")
@@ -154,6 +157,9 @@ class RuleSet:
 
     rules: list[StoredRule] = field(default_factory=list)
     revision: int = 0
+    give_up_over_budget: bool = False
+    """A condition that outlasted its budget once fails at once after (a dry run over many calls)."""
+    _over_budget: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _count: int = field(default=0, init=False, repr=False)
     _by_tool: dict[str, list[_Compiled]] = field(default_factory=dict, init=False, repr=False)
     _any_tool: list[_Compiled] = field(default_factory=list, init=False, repr=False)
@@ -204,14 +210,31 @@ class RuleSet:
             self._matching[key] = found
         return found
 
+    def needs_worker(self, call: AskedCall) -> bool:
+        """Whether deciding `call` may evaluate a condition in the worker process (and so wait for it)."""
+        return any(
+            found.condition is not None and not found.condition.inline
+            for found in self._candidates(call.engine, call.agent, call.tool)
+        )
+
+    @property
+    def any_worker(self) -> bool:
+        """Whether some rule's condition is evaluated in the worker process."""
+        found = (*(c for rules in self._by_tool.values() for c in rules), *self._any_tool)
+        return any(c.condition is not None and not c.condition.inline for c in found)
+
     def decide(self, call: AskedCall) -> Outcome:
-        """The outcome for `call` by the rules in force at `call.now`."""
+        """The outcome for `call` by the rules in force at `call.now`.
+
+        It may wait up to the conditions' time budget (`needs_worker`): off the event loop, then.
+        """
         denies: list[StoredRule] = []
         asks: list[_Ask] = []
         allows: list[StoredRule] = []
         remembered: list[StoredRule] = []
         failures: list[Failure] = []
         variables: Any = None  # prepared for CEL once, for the first condition
+        plain: dict[str, Any] | None = None  # as they are, for the worker process
         for found in self._candidates(call.engine, call.agent, call.tool):
             rule = found.rule
             if not (rule.in_force(call.now) and (rule.spec.session is None or rule.spec.session == call.session)):
@@ -219,10 +242,12 @@ class RuleSet:
             if rule.kind is Kind.REMEMBERED and call.requester == rule.author:
                 continue  # nobody approves their own calls, not even through a rule they made
             if found.condition is not None:
-                if variables is None:
-                    variables = prepared(_variables(call))
+                if plain is None:
+                    plain = _variables(call)
+                if variables is None and found.condition.inline:
+                    variables = prepared(plain)
                 try:
-                    holds = found.condition.holds(variables)
+                    holds = self._holds(found.condition, variables if found.condition.inline else plain)
                 except ConditionFailed as exc:
                     failures.append(Failure(rule.name, rule.version, str(exc)))
                     reason = f"rule {rule.name} could not be evaluated: {exc}"
@@ -279,6 +304,16 @@ class RuleSet:
                 Effect.ALLOW, rule.name, rule.version, rule.spec.reason, failures=found_failures, matched=matched
             )
         return NO_RULE
+
+    def _holds(self, condition: Condition, variables: Any) -> bool:
+        if self.give_up_over_budget and condition.text in self._over_budget:
+            raise ConditionFailed(self._over_budget[condition.text])
+        try:
+            return condition.holds(variables)
+        except OverBudget as exc:
+            if self.give_up_over_budget:
+                self._over_budget[condition.text] = str(exc)
+            raise
 
 
 @dataclass(frozen=True)

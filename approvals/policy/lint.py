@@ -5,6 +5,11 @@ it asks groups nobody belongs to (its calls could only expire); an escalation to
 nobody belongs to tells nobody. A rule is shadowed when
 another rule takes every call it takes, with no condition of its own, and wins by
 precedence (deny over ask over allow): the shadowed rule can never be the one that decides.
+
+Two more are flagged because they are likely mistakes: an allow of every tool with no condition
+(it approves every call), and a rule whose condition failed when evaluated (a missing field, a
+type error, over its time budget: each such call asks a person). Nothing here evaluates a
+condition but a cheap constant one, once per condition (`Condition.constant`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def rule_flags(
     flags: dict[str, list[str]] = {}
     for rule in live:
         found = _never_matches(rule.spec, now, groups_with_members)
+        found += _risky(rule)
         found += [
             f"shadowed by {other.name} ({other.spec.effect}): it takes every call this rule takes"
             for other in live
@@ -50,6 +56,24 @@ def _never_matches(spec: RuleSpec, now: dt.datetime, groups_with_members: Collec
     empty = sorted(set(spec.escalate_to or ()) - set(groups_with_members or ()))
     if spec.effect is Effect.ASK and groups_with_members is not None and empty:
         found.append(f"escalates to a group nobody is in: no user is in {', '.join(empty)}")
+    return found
+
+
+def _risky(rule: StoredRule) -> list[str]:
+    spec = rule.spec
+    found = []
+    if spec.effect is Effect.ALLOW and "*" in spec.tool and not spec.when:
+        narrowed = [
+            f"{label} {', '.join(patterns)}"
+            for label, patterns in (("engine", spec.engine), ("agent", spec.agent))
+            if "*" not in patterns
+        ]
+        if spec.session:
+            narrowed.append(f"session {spec.session}")
+        found.append("allows every call of every tool" + (f" ({'; '.join(narrowed)})" if narrowed else ""))
+    if rule.last_error:
+        when = f" at {rule.last_error_at.isoformat(timespec='seconds')}" if rule.last_error_at else ""
+        found.append(f"its condition failed{when}: {rule.last_error}" if rule.last_error_at else rule.last_error)
     return found
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio.to_thread
 from pydantic import ValidationError
 from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -153,7 +154,7 @@ class PolicyEvaluation(StoreBase):
         rule_set = rule_set if rule_set is not None else await self.rules_in_force()
         if not len(rule_set):
             return NO_RULE
-        outcome = rule_set.decide(call)
+        outcome = await _decided(rule_set, call)
         if outcome.failures:
             await self._note_failures(outcome.failures)
         return outcome
@@ -206,7 +207,8 @@ class PolicyEvaluation(StoreBase):
         now = utcnow()
         outcomes = []
         for request in requests.approvals:
-            outcome = rule_set.decide(
+            outcome = await _decided(
+                rule_set,
                 AskedCall(
                     engine=engine,
                     agent=agent,
@@ -216,7 +218,7 @@ class PolicyEvaluation(StoreBase):
                     requester=requester,
                     now=now,
                     approvals_required=request.approvals_required,
-                )
+                ),
             )
             if outcome.failures:
                 await self._note_failures(outcome.failures)
@@ -383,9 +385,10 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
         if not 1 <= limit <= MAX_DRY_RUN:
             raise UserError(f"A dry run looks at 1 to {MAX_DRY_RUN} calls")
         proposed = StoredRule(spec=spec, version=0, kind=kind, author="", created_at=utcnow())
-        alone = RuleSet([proposed])
+        alone = RuleSet([proposed], give_up_over_budget=True)  # a condition over its budget once is not tried again
         in_force = await self.rules_in_force()
-        together = RuleSet([*(rule for rule in in_force.rules if rule.name != spec.name), proposed])
+        others = (rule for rule in in_force.rules if rule.name != spec.name)
+        together = RuleSet([*others, proposed], give_up_over_budget=True)
         query = (
             select(ToolCallRow, RunRow.engine, RunRow.session_id, RunRow.started_by)
             .join(RunRow, RunRow.id == ToolCallRow.run_id)
@@ -394,34 +397,48 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
         )
         async with self.db.read() as session:
             found = (await session.execute(query)).all()
-        rows = []
-        for call, engine, session_id, started_by in found:
-            asked = AskedCall(
-                engine=engine,
-                agent=call.agent_name,
-                tool=call.tool_name,
-                session=session_id or call.run_id,
-                args=call.args if isinstance(call.args, dict) else {},
-                context=call.context if isinstance(call.context, dict) else None,
-                requester=call.requested_by or started_by,
-                now=call.created_at,
-                approvals_required=call.approvals_required,
-            )
-            rows.append(
-                DryRunRow(
-                    call.id,
-                    call.run_id,
-                    call.created_at,
-                    call.agent_name,
-                    call.tool_name,
-                    call.args,
-                    call.status,
-                    call.decided_by,
-                    alone.decide(asked),
-                    together.decide(asked),
-                )
-            )
-        return DryRun(rows)
+
+        def decide_each() -> list[DryRunRow]:
+            return [_dry_run_row(alone, together, *row) for row in found]
+
+        if alone.any_worker or together.any_worker:  # conditions that may wait for the worker process
+            return DryRun(await anyio.to_thread.run_sync(decide_each))
+        return DryRun(decide_each())
+
+
+async def _decided(rule_set: RuleSet, call: AskedCall) -> Outcome:
+    """`rule_set.decide(call)`, in a thread when a condition may run in the worker process: the loop never waits."""
+    if rule_set.needs_worker(call):
+        return await anyio.to_thread.run_sync(rule_set.decide, call)
+    return rule_set.decide(call)
+
+
+def _dry_run_row(
+    alone: RuleSet, together: RuleSet, call: ToolCallRow, engine: str, session_id: str | None, started_by: str | None
+) -> DryRunRow:
+    asked = AskedCall(
+        engine=engine,
+        agent=call.agent_name,
+        tool=call.tool_name,
+        session=session_id or call.run_id,
+        args=call.args if isinstance(call.args, dict) else {},
+        context=call.context if isinstance(call.context, dict) else None,
+        requester=call.requested_by or started_by,
+        now=call.created_at,
+        approvals_required=call.approvals_required,
+    )
+    return DryRunRow(
+        call.id,
+        call.run_id,
+        call.created_at,
+        call.agent_name,
+        call.tool_name,
+        call.args,
+        call.status,
+        call.decided_by,
+        alone.decide(asked),
+        together.decide(asked),
+    )
 
 
 def _latest_rows() -> Select[PolicyRuleRow]:

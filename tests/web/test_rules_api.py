@@ -346,7 +346,9 @@ rules:
     assert flags["never"][0] == "never matches: its condition is always false"
     assert any("shadowed by refunds-denied (deny)" in flag for flag in flags["allow-refunds"])
     assert flags["finance-asks"] == ["nobody can approve: no user is in nobody-here"]
-    assert flags["refunds-denied"] == [] and flags["euros-only"] == []
+    assert flags["refunds-denied"] == []
+    assert [flag.split(": ", 1)[1] for flag in flags["euros-only"]] == [euros["last_error"]]  # the failure is a flag
+    assert flags["euros-only"][0].startswith("its condition failed at ")
     assert "currency" in euros["last_error"] and euros["last_error_at"] is not None
 
     remembered = Remember(RememberScope.SESSION, dt.timedelta(hours=1))

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from approvals.exceptions import ApprovalsError
+from approvals.policy.sandbox import set_condition_budget
 from approvals.service import ApprovalService
 from approvals.store import PENDING_CHANNEL, RUNS_CHANNEL, Database, Store
 from approvals.store.errors import describe, is_transient
@@ -43,6 +44,7 @@ RETRY_AFTER_SECONDS = 5
 def create_app(settings: Settings | None = None, *, registry: AgentRegistry | None = None) -> FastAPI:
     """The app for `settings`; agents come from `registry` or are imported from `settings.agents`."""
     settings = settings or Settings()
+    set_condition_budget(settings.condition_budget)
     configure_tracing()  # OTLP export only when the OTEL_* variables ask for it
 
     @asynccontextmanager

@@ -19,6 +19,7 @@ from approvals.channels.webhooks import webhook_site
 from approvals.exceptions import UserError
 from approvals.first_run import default_database_url
 from approvals.policy.rules import parse_duration
+from approvals.policy.sandbox import DEFAULT_BUDGET
 from approvals.store.accounts import check_groups
 from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
@@ -56,6 +57,9 @@ class Settings(BaseSettings):
     """How `approvals serve` and `approvals worker` write log lines: text, or JSON with run, call and trace ids."""
     metrics_public: bool = False
     """Serve `/metrics` without a token (a scraper inside a private network); else it needs `metrics:read`."""
+    condition_budget: float = Field(default=DEFAULT_BUDGET, gt=0, le=60)
+    """Seconds one evaluation of a rule's condition may take (those not provably cheap, in a worker process);
+    past it the condition counts as failed: the call asks a person and the rule is flagged."""
     webhook_urls: list[str] = Field(default_factory=list)
     """URLs that get a signed POST when a call needs a person and when a run ends; once each, in order, durably."""
     webhook_secret: str | None = Field(default=None, repr=False)

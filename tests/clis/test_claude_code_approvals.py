@@ -267,7 +267,7 @@ def test_with_our_server_down_the_command_does_not_run(tmp_path: Path, http: boo
     refusal = result_in_next_turn(api, tool_use_id(call_bash))
     assert refusal["is_error"] is True
     # what Claude Code tells the model: the command client's reason, or its own for the HTTP hook
-    said = 'blocking because onFailure is "block"' if http else "Blocked by approvals: approvals gave no decision"
+    said = 'blocking because onFailure is "block"' if http else "Blocked by approvals: approvals could not be reached"
     assert said in content_text(refusal), refusal
 
 

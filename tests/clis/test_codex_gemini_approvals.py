@@ -481,7 +481,9 @@ def test_blocks_the_command_when_our_server_is_down(
     session = run_cli(cli, tmp_path, monkeypatch, binary, Setup(url, token, wait=1, grace=1))
     assert not marker.exists(), session.run.describe()
     reason = session.blocked()
-    assert reason.startswith(f"Blocked by approvals: approvals gave no decision in time (cannot reach {url}"), reason
+    # never reached: blocked after the grace (1 s), not the wait plus the grace
+    told = f"Blocked by approvals: approvals could not be reached within 1 s (cannot reach {url}"
+    assert reason.startswith(told), reason
 
 
 def test_blocks_an_edited_command_and_the_model_reads_the_edit(

@@ -9,6 +9,8 @@
    decision and audit record, the answer `approved`. Its peer in the same run, interleaved
    request by request: the same call to a server with no rules at all (stored pending, the
    answer `pending`). Target: p50 at most 5 ms.
+3. One condition evaluated where the call is asked (cheap whatever the call holds) and one in the
+   worker process (it loops over the call's data, so it has a time budget): microseconds each.
 
 Prints numbers; asserts only that the outcomes are the expected ones. Needs the local
 PostgreSQL (APPROVALS_BENCH_PG_URL, default postgresql://postgres@127.0.0.1/postgres);
@@ -33,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _databases import migrated_database
 from bench_gate import web_process
 
-from approvals.policy import AskedCall, Effect, Kind, RuleSet, RuleSpec, StoredRule, parse_rule
+from approvals.policy import AskedCall, Effect, Kind, RuleSet, RuleSpec, StoredRule, compile_condition, parse_rule
+from approvals.policy.conditions import prepared
 from approvals.store import SYSTEM, Database, Store
 
 DECISIONS = 20_000
@@ -106,6 +109,30 @@ def bench_decide() -> None:
         globs = sum(1 for spec in specs if any(c in "".join(spec.tool) for c in "*?["))
         mix = ", ".join(f"{(e.value if e else 'no rule')} {n}" for e, n in sorted(effects.items(), key=str))
         print(f"  {count:>5} rules ({globs:>2} globs): {percentiles_us(samples)}   ({mix})")
+
+
+CONDITION_PATHS = {
+    "inline (cheap whatever the call holds)": "double(args.amount) < 50.0 && !args.to.endsWith('@example.com')",
+    "worker process (loops over the call's items)": "args.items.exists(item, item == 2)",
+}
+CONDITION_EVALUATIONS = 2_000
+
+
+def bench_condition_paths() -> None:
+    """One condition's evaluation where the call is asked vs in the worker process (a pipe round trip)."""
+    print("A condition's evaluation (issue 36: conditions not provably cheap run in a worker process):")
+    variables = {"args": call_for("refund", 7).args, "tool": "refund", "now": NOW}
+    for label, text in CONDITION_PATHS.items():
+        condition = compile_condition(text)
+        ready = prepared(variables) if condition.inline else variables
+        for _ in range(WARM_UP // 10):
+            condition.holds(ready)
+        samples = []
+        for _ in range(CONDITION_EVALUATIONS):
+            started = time.perf_counter_ns()
+            condition.holds(ready)
+            samples.append((time.perf_counter_ns() - started) / 1_000)
+        print(f"  {label:<46} {percentiles_us(samples)}")
 
 
 def setup(database_url: str, *, rules: list[RuleSpec]) -> str:
@@ -192,6 +219,7 @@ def bench_gate_call() -> None:
 
 def main() -> None:
     bench_decide()
+    bench_condition_paths()
     bench_gate_call()
 
 

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import mcp.types as mt
@@ -40,7 +40,6 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import Tool, ToolResult
-from starlette.requests import Request
 
 from .gate_client import GateAnswer, GateClient, GateRefused, GateUnavailable, InvalidArguments
 
@@ -263,6 +262,16 @@ class ApprovalMiddleware(Middleware):
             await self.gate.report(answer.call_id, outcome, result)
         except GateUnavailable as exc:  # the call stays `executing` for a person to settle; the result still counts
             logger.warning("could not report the outcome of call %s (%s): %s", answer.call_id, outcome, exc)
+
+
+@runtime_checkable
+class Request(Protocol):
+    """What the gateway uses of the HTTP request a call came on (Starlette's, under FastMCP), by its shape:
+    the core imports no web framework."""
+
+    async def is_disconnected(self) -> bool: ...
+
+    async def receive(self) -> Any: ...
 
 
 class ClientRequest:

@@ -43,7 +43,7 @@ VARIABLES: Mapping[str, str] = {
     "engine": "the engine that asks (native, pydantic_ai, gate, claude_code, ...)",
     "session": "the session (a gate's session id, else the run's id)",
     "context": "what the caller said about the call (working directory, requester, ...); a map, maybe empty",
-    "requester": "who asked: the user or token that started the run or session",
+    "requester": "who asked: the user or token whose credentials asked for the call (never the caller's word)",
     "now": "the time of the request (a UTC timestamp)",
 }
 """What a condition may refer to, with what a form shows about each."""

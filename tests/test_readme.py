@@ -86,7 +86,7 @@ def test_readme_gate_curl_example_runs(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert lines[0].startswith(f"pending {server.url}/calls/")
-        assert lines[1] == "approved {'order_id': 'A-1', 'amount': 250}"
+        assert lines[1] == "approved True {'order_id': 'A-1', 'amount': 250}"
         [call] = server.call(server.store.list_calls(status=None)).items
         assert call.status == "succeeded" and call.result == "refunded 250"
 

@@ -193,12 +193,14 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             raise UserError(f"A call's outcome is one of {', '.join(SETTLED_OUTCOMES)}, not {outcome!r}")
         return await self.run_statements(lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow()))
 
-    async def hand_out(self, call_id: str, *, actor: Actor) -> ToolCallRow:
+    async def hand_out(self, call_id: str, *, actor: Actor) -> tuple[ToolCallRow, bool]:
         """The caller was told to run an approved call: it is `executing` from now on, its approvals used up.
 
         So a cancel of the session meanwhile makes it `outcome_unknown` (it may have run) for a
-        person to settle, not `cancelled` (which would say it never ran). A call already handed
-        out (or settled) is returned as it stands.
+        person to settle, not `cancelled` (which would say it never ran). Returns the call and
+        whether this hand-out took it: a call already handed out (to a request that waited on it
+        at the same time, say) or settled is returned as it stands, with False, and must not be
+        run again.
         """
         return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor, utcnow()))
 
@@ -377,10 +379,10 @@ def _requested_call(tx: Tx, call_id: str, actor: Actor) -> ToolCallRow:
     return call
 
 
-def _hand_out(tx: Tx, call_id: str, actor: Actor, now: dt.datetime) -> ToolCallRow:
-    call = _requested_call(tx, call_id, actor)
+def _hand_out(tx: Tx, call_id: str, actor: Actor, now: dt.datetime) -> tuple[ToolCallRow, bool]:
+    call = _requested_call(tx, call_id, actor)  # locked: of two hand-outs at once, the second sees the first's
     if call.status != CallStatus.APPROVED:
-        return call
+        return call, False
     tx.session.execute(CONSUME_APPROVALS, {"call_ids": [call.id], "now": now})
     tx.session.execute(
         update(ToolCallRow).where(ToolCallRow.id == call.id).values(status=CallStatus.EXECUTING, updated_at=now)
@@ -388,7 +390,7 @@ def _hand_out(tx: Tx, call_id: str, actor: Actor, now: dt.datetime) -> ToolCallR
     call.status, call.updated_at = CallStatus.EXECUTING, now
     tx.record(call_event(actor.id, "call.executing", call, {"args_digest": call.current_digest}, at=now))
     tx.announce(RUNS_CHANNEL, call.run_id)
-    return call
+    return call, True
 
 
 def _settle(tx: Tx, call_id: str, outcome: CallStatus, result: Any, actor: Actor, now: dt.datetime) -> ToolCallRow:

@@ -187,3 +187,33 @@ async def test_a_waiting_call_sends_progress_naming_its_page_until_it_is_decided
     assert done == sorted(done) and done[-1] > done[0]
     assert all(total == gateway.wait for _, total, _ in heard)
     assert all(message and f"/calls/{stored.id}" in message for _, _, message in heard)
+
+
+async def test_two_identical_calls_waiting_at_once_run_once_on_one_approval(
+    approvals: Approvals, gateway: Gateway
+) -> None:
+    """The model calls the same tool with the same arguments twice in one turn: both wait on one call
+    (`same_arguments_same_call`), and its one approval runs it once; the other request is told why not.
+    Before, both heard `approved` and both were forwarded."""
+    target = gateway.upstreams.files / "once.txt"
+    args = {"path": str(target), "content": "once"}
+    results: list[CallToolResult] = []
+
+    async with gateway.client("claude-code") as client:
+
+        async def call() -> None:
+            results.append(await client.call_tool("fs_write_file", args, raise_on_error=False))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            pending = await approvals.pending_call()
+            group.start_soon(call)  # asked once the first is stored, it finds the same call and waits on it too
+            await anyio.sleep(1.0)
+            await approvals.decide(pending.id, {"verdict": "approve"})
+    errors = [text(r) for r in results if r.is_error]
+    assert len(results) == 2 and len(errors) == 1, [text(r) for r in results]
+    assert "handed to another request with the same arguments" in errors[0]
+    assert target.read_text() == "once"
+    [stored] = await approvals.calls()
+    assert stored.id == pending.id and stored.status == "succeeded"
+    assert approvals.audit_verifies()

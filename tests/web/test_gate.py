@@ -113,6 +113,31 @@ async def test_a_waiting_caller_hears_the_decision_while_it_waits(web: WebApp) -
         assert result["decision"] == "denied" and result["reason"] == "Not this order."
 
 
+async def test_of_two_requests_waiting_on_one_call_only_one_is_handed_it_to_run(web: WebApp) -> None:
+    """Two polls of one approved call (a retry while the first still waits, or the MCP gateway's two identical
+    calls): one approval is one run, so exactly one answer says `handed_out`; before, both said approved."""
+    async with await asking_client(web) as agent:
+        call = (await agent.post("/api/gate/calls", json=gate_call())).json()
+        assert call["handed_out"] is False  # pending: nothing to run yet
+        answers: list[dict[str, Any]] = []
+
+        async def wait_for_it() -> None:
+            response = await agent.get(f"/api/gate/calls/{call['call_id']}", params={"wait": 30})
+            answers.append(response.json())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_for_it)
+            group.start_soon(wait_for_it)
+            await anyio.sleep(0.3)
+            await decide(web, call["call_id"], {"verdict": "approve"})
+        assert [a["decision"] for a in answers] == ["approved", "approved"]
+        assert sorted(a["handed_out"] for a in answers) == [False, True], answers
+        again = (await agent.post("/api/gate/calls", json=gate_call())).json()  # asked again later: not again
+        assert (again["decision"], again["status"], again["handed_out"]) == ("approved", "executing", False)
+    trail = [e.action for e in (await web.store.audit_events(subject_id=call["call_id"], newest_first=False)).items]
+    assert trail.count("call.executing") == 1
+
+
 async def test_arguments_are_checked_against_the_schema_and_nothing_is_stored(web: WebApp) -> None:
     async with await asking_client(web) as agent:
         refused = await agent.post("/api/gate/calls", json=gate_call(args={"order_id": "A-1", "amount": -3}))

@@ -70,6 +70,7 @@ rules:
         big = await agent.post("/api/gate/calls", params={"wait": 0}, json=gate_call(
             idempotency_key="call-2", args={"order_id": "A-2", "amount": 80}))  # fmt: skip
     assert (body["decision"], body["decided_by"], body["status"]) == ("approved", "rule:small-refunds", "executing")
+    assert body["handed_out"] is True  # allowed by a rule: handed to this request in the same write
     trail = [e.action for e in (await web.store.audit_events(subject_id=body["call_id"], newest_first=False)).items]
     assert trail == ["call.requested", "call.approved", "call.executing"]  # stored and handed out in one write
     assert big.json()["decision"] == "pending"

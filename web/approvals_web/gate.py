@@ -130,6 +130,11 @@ class GateAnswerOut(BaseModel):
     reason: str | None = Field(description="Why it was denied (the model may read it), or why it expired.")
     answer: Any = Field(description="What a reviewer answered in the tool's place.")
     decided_by: str | None
+    handed_out: bool = Field(
+        description="True on the one answer that hands the approved call to you to run now (it is executing "
+        "from then on). An approval already handed out, to an earlier or concurrent request of yours, says "
+        "false: do not run it again."
+    )
     url: str = Field(description="The call's page in the inbox.")
 
     @classmethod
@@ -144,6 +149,7 @@ class GateAnswerOut(BaseModel):
             reason=answer.reason,
             answer=answer.answer,
             decided_by=answer.decided_by,
+            handed_out=answer.handed_out,
             url=call_url(request, answer.call_id),
         )
 

@@ -62,14 +62,17 @@ class GateAnswer:
     reason: str | None = None
     answer: Any = None
     decided_by: str | None = None
+    handed_out: bool = False
+    """This answer hands the approved call to its caller to run now (it is `executing` from then on).
+    An approval handed out before, to this caller's earlier or concurrent request, says False: not to run again."""
 
     @property
     def decided(self) -> bool:
         return self.decision is not Decision.PENDING
 
 
-def answer_for(call: Any) -> GateAnswer:
-    """The answer for a stored call (`ToolCallRow`)."""
+def answer_for(call: Any, *, handed_out: bool = False) -> GateAnswer:
+    """The answer for a stored call (`ToolCallRow`); `handed_out` when this answer hands it to its caller."""
     status = CallStatus(call.status)
     decision = _BY_STATUS[status]
     reason = None
@@ -89,4 +92,5 @@ def answer_for(call: Any) -> GateAnswer:
         reason=reason,
         answer=call.answer if status is CallStatus.ANSWERED else None,
         decided_by=call.decided_by,
+        handed_out=handed_out,
     )

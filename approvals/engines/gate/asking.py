@@ -55,7 +55,8 @@ async def ask(
     call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
     """
     call, created = await service.request_call(request, actor=actor, hand_out=True)
-    return Asked(await _answered(service, call, actor=actor, wait=wait, gone=gone), created)
+    handed = created and call.status == CallStatus.EXECUTING  # a rule allowed it: stored handed out to this request
+    return Asked(await _answered(service, call, actor=actor, wait=wait, gone=gone, handed=handed), created)
 
 
 async def wait_for(
@@ -76,15 +77,17 @@ async def _answered(
     wait: float,
     hand_out: bool = True,
     gone: Gone | None = None,
+    handed: bool = False,
 ) -> GateAnswer:
     with with_run(call.run_id), with_call(call.id):  # lines logged while the gate waits name the call
         if not answer_for(call).decided and wait > 0:
             call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
         if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
             # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
-            # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved
-            call = await service.store.hand_out(call.id, actor=actor)
-        return answer_for(call)
+            # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved.
+            # Of two requests waiting on one call, only the one whose hand-out took it hears `handed_out`.
+            call, handed = await service.store.hand_out(call.id, actor=actor)
+        return answer_for(call, handed_out=handed)
 
 
 async def ask_by_hook(
@@ -117,7 +120,9 @@ async def ask_by_hook(
         if answer.decision is Decision.PENDING:
             await _audit_fallback(service, hook, call, fallback, time.monotonic() - asked_at, actor)
         if verdict.permission is Permission.ALLOW and answer.status == CallStatus.APPROVED:
-            await service.store.hand_out(answer.call_id, actor=actor)  # only what the CLI will run is handed out
+            _, handed = await service.store.hand_out(answer.call_id, actor=actor)  # only what the CLI runs
+            if not handed:  # another request about the same tool call was handed it at the same moment
+                return hook.denial(f"approvals handed this call to another request, which runs it: {answer.call_id}")
     except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
         reason = _refusal(exc)
         await _audit_refusal(service, hook, reason, actor, body)

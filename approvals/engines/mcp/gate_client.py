@@ -57,6 +57,8 @@ class GateAnswer:
     answer: Any
     url: str
     created: bool = False
+    handed_out: bool = False
+    """This answer hands the approved call to this request to run; an approval handed to another request says False."""
 
 
 class GateClient:
@@ -123,6 +125,7 @@ def _answer(response: httpx.Response, *, created: bool = False) -> GateAnswer:
             answer=data.get("answer"),
             url=str(data["url"]),
             created=created,
+            handed_out=data.get("handed_out") is True,  # missing (an older server): never run, fail closed
         )
     except (ValueError, KeyError, TypeError):
         raise GateUnavailable("the approvals server answered something that is not a gate answer") from None

@@ -108,6 +108,11 @@ class ApprovalMiddleware(Middleware):
             ) from None
         except GateUnavailable as exc:
             raise ToolError(f"approvals could not be asked, so {name} was not run: {exc}") from None
+        if answer.decision == "approved" and not answer.handed_out:  # two identical calls waited on one approval
+            raise ToolError(
+                f"{name} was not run by this request: its call {answer.call_id} was approved once and handed to "
+                "another request with the same arguments, which runs it."
+            )
         if answer.decision == "approved" and await request.gone():  # the last look before forwarding
             await self._not_forwarded(answer)
             raise ToolError(f"{name} was not run: the client left before it could be.")

@@ -7,6 +7,7 @@ how to get it, in one line and with exit code 2, instead of failing with a trace
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import NoReturn
 
@@ -14,6 +15,8 @@ __all__ = ("DISTRIBUTION", "INSTALL_HINT", "main", "missing_server_requirements"
 
 DISTRIBUTION = "agent-approvals"
 INSTALL_HINT = f"pip install '{DISTRIBUTION}[server]'"
+_SERVER_MARKERS = ("typer", "fastapi", "uvicorn")
+"""Modules only the server extra brings, looked for (not imported) before any command runs."""
 
 
 def missing_server_requirements() -> list[str]:
@@ -54,8 +57,11 @@ def main() -> None:
         from .hook_client import main as hook_main
 
         sys.exit(hook_main(sys.argv[2:]))
-    # The installed metadata is read only when an import fails: reading it would cost a fast command a good part
-    # of its start-up, and the CLI imports what a command needs when the command runs (issue 36).
+    # The installed metadata is read only when the extra looks absent or an import fails: reading it would cost a
+    # fast command a good part of its start-up, and the CLI imports what a command needs when it runs (issue 36).
+    # typer alone proves nothing (the core's CEL package brings it), so the extra's web server is looked for too.
+    if any(importlib.util.find_spec(name) is None for name in _SERVER_MARKERS):
+        _refuse(", ".join(missing_server_requirements()) or ", ".join(_SERVER_MARKERS))
     try:
         from .cli import main as cli_main
     except ModuleNotFoundError as exc:  # typer itself is missing

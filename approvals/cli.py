@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from .calls.actors import TOKEN_SCOPES
+
 if TYPE_CHECKING:
     from .policy import InvalidRule, Outcome, RuleSpec, StoredRule
     from .store import DryRun, Store
@@ -26,19 +28,6 @@ if TYPE_CHECKING:
 # itself, when it runs, so `--help` and the quick commands do not pay for what they never use
 # (tests/test_cli_help.py checks that importing this module brings none of them). The few values
 # the options need before a command runs are copied here; the same test checks they still match.
-TOKEN_SCOPES = (
-    "runs:read",
-    "runs:write",
-    "runs:admin",
-    "calls:read",
-    "calls:decide",
-    "calls:ask",
-    "audit:read",
-    "rules:read",
-    "rules:write",
-    "metrics:read",
-)
-"""`approvals.store.TOKEN_SCOPES`, for `tokens create --help`."""
 DEFAULT_LEASE_SECONDS = 15.0
 """`approvals.worker.resumer.DEFAULT_LEASE_SECONDS`, the default of `worker --lease-seconds`."""
 DEFAULT_POLL_INTERVAL = 30.0

@@ -159,10 +159,8 @@ def test_the_hook_help_tells_each_clis_fallbacks_as_the_server_knows_them() -> N
 
 def test_the_values_the_cli_copies_match_their_sources() -> None:
     from approvals.policy import Kind
-    from approvals.store import TOKEN_SCOPES
     from approvals.worker import resumer
 
-    assert cli.TOKEN_SCOPES == TOKEN_SCOPES
     assert cli.DEFAULT_LEASE_SECONDS == resumer.DEFAULT_LEASE_SECONDS
     assert cli.DEFAULT_POLL_INTERVAL == resumer.DEFAULT_POLL_INTERVAL
     assert cli.DEFAULT_WORKER_CONCURRENCY == resumer.DEFAULT_WORKER_CONCURRENCY

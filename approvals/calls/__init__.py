@@ -10,6 +10,18 @@ so the inbox, run page, audit, quorum, expiry and webhooks treat them as any oth
 
 from __future__ import annotations
 
-from .requests import ANY_OBJECT, CallRequest, ValidatedRequest, validate_request, validate_with_schema
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .requests import ANY_OBJECT, CallRequest, ValidatedRequest, validate_request, validate_with_schema
 
 __all__ = ("ANY_OBJECT", "CallRequest", "ValidatedRequest", "validate_request", "validate_with_schema")
+
+
+def __getattr__(name: str) -> Any:
+    """The requests' names, loaded when first used: `calls.actors` and `calls.states` are read by layers
+    (the CLI's help, the rules) that must not load the engines `calls.requests` validates with."""
+    if name in __all__:
+        return getattr(importlib.import_module(".requests", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .states import FINAL_RUN_STATUSES, OPEN_CALL_STATUSES, CallStatus, RunStatus
 
 if TYPE_CHECKING:
-    from ..store._base import Actor
+    from .actors import Actor
 
 __all__ = (
     "NO_APPROVALS",

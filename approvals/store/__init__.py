@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
+from ..calls.actors import SYSTEM, TOKEN_SCOPES, Actor
 from ..calls.states import Role
-from ._base import SYSTEM, TOKEN_SCOPES, Actor
 from ._writes import DecidedCall
 from .accounts import AccountOps
 from .calls import CallOps

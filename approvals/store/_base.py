@@ -4,67 +4,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..calls.states import ROLE_RANK, Role
 from ..exceptions import NotFound
 from ._run_writes import apply_write
 from ._transaction import Transaction
-from ._writes import (
-    SYSTEM_ACTOR_ID,
-    RunWrite,
-)
+from ._writes import RunWrite
 from .audit import AuditEvent, append_events, write_chained
 from .db import Database
 from .models import RunRow
 from .notify import Notifier
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who is acting: a logged-in person, an API client or the system; from authentication, never a request body."""
-
-    id: str
-    role: Role
-    groups: frozenset[str] = field(default_factory=frozenset)
-    scopes: frozenset[str] | None = None
-    """What a token may do (`TOKEN_SCOPES`); None: whatever the role allows."""
-    person: bool = True
-    """False for a service token: it belongs to nobody, so its approval would count for nobody."""
-    channel: str | None = None
-    """Where the actor decides from (`web`, `api`, `slack`, `email`): recorded with a decision for the metrics."""
-
-    def can(self, role: Role) -> bool:
-        """True when the actor's role is at least `role`."""
-        return ROLE_RANK[self.role] >= ROLE_RANK[role]
-
-    def may(self, scope: str) -> bool:
-        """True when the actor's token (if any) carries `scope`."""
-        return self.scopes is None or scope in self.scopes
-
-
-TOKEN_SCOPES = (
-    "runs:read",
-    "runs:write",
-    "runs:admin",
-    "calls:read",
-    "calls:decide",
-    "calls:ask",
-    "audit:read",
-    "rules:read",
-    "rules:write",
-    "metrics:read",
-)
-"""What a token can be limited to; each API route needs one of them besides its role."""
-
-SYSTEM = Actor(id=SYSTEM_ACTOR_ID, role="admin")
-"""The actor for work nobody asked for: expiry, crash recovery."""
 
 
 class StoreBase:

@@ -42,6 +42,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.expression import Executable
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.rules import status_once_decided
 from ..calls.states import CallStatus, RunStatus
 from ..exceptions import Conflict
@@ -49,7 +50,6 @@ from ..policy.outcomes import RULE_DECISION_COLUMNS
 from ._transaction import Transaction
 from ._writes import (
     RELEASED_DETAILS,
-    SYSTEM_ACTOR_ID,
     ExecutedCall,
     HeldRun,
     RulesChanged,

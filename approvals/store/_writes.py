@@ -67,8 +67,6 @@ class DecidedCall:
 
 RELEASED_DETAILS = {"reason": "the run stopped before the call ran; it runs when the run is retried"}
 """What the audit log says of a released call."""
-SYSTEM_ACTOR_ID = "system"
-"""Who acts when nobody asked: expiry, crash recovery, a run becoming ready."""
 HELD_RUN_COLUMNS = frozenset({"status", "output", "error", "lease_owner", "lease_expires_at"})
 """The run columns a worker's guarded write may set."""
 

@@ -16,12 +16,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from ..calls.actors import SYSTEM_ACTOR_ID, TOKEN_SCOPES, Actor
 from ..calls.states import ROLE_RANK, Role, is_role
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.rules import GROUP_NAME
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
-from ._base import TOKEN_SCOPES, Actor, StoreBase
-from ._writes import SYSTEM_ACTOR_ID, utcnow
+from ._base import StoreBase
+from ._writes import utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
 from .token_cache import TokenCache

@@ -24,13 +24,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .. import tracing
+from ..calls.actors import Actor
 from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..engines.base import EngineKind, get_engine
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import AskedCall, Outcome
 from ..policy.outcomes import call_columns, decided_details, rule_decision
-from ._base import Actor
 from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from ._run_writes import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
 from ._writes import tool_definition_row, utcnow

@@ -44,12 +44,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import FINAL_RUN_STATUSES, RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict
 from ..policy.evaluation import Outcome
 from ._run_writes import Tx
-from ._writes import SYSTEM_ACTOR_ID, utcnow
+from ._writes import utcnow
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
 from .paused_runs import PausedRun, insert_paused_run
 from .policy_rules import PolicyEvaluation

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..calls import options as _options  # the module, not its names: it imports the store in turn
+from ..calls.actors import Actor
 from ..calls.canonical import digest
 from ..calls.rules import status_once_decided
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus, RunStatus
 from ..calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from ..exceptions import Conflict, Forbidden, UserError
-from ._base import Actor
 from ._run_writes import run_moved_on, run_moved_on_announcements
 from .audit import AuditEvent, call_event
 from .models import ToolCallRow

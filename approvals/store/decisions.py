@@ -13,10 +13,11 @@ import datetime as dt
 
 from sqlalchemy import select
 
+from ..calls.actors import SYSTEM, Actor
 from ..calls.states import CallStatus
 from ..calls.verdicts import Verdict
 from ..exceptions import NotFound
-from ._base import SYSTEM, Actor, StoreBase
+from ._base import StoreBase
 from ._decision_sql import LOCK_CALL, LOCK_RUN, STANDING_APPROVERS, call_facts, plan_statements, update_call
 from ._run_writes import Tx, ready_if_decided
 from ._writes import utcnow

@@ -24,13 +24,14 @@ from sqlalchemy import Table, bindparam, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import CallStatus
 from ..policy.follow_ups import Step
 from ..policy.rules import Effect, Kind, RuleSpec
 from ._base import StoreBase
 from ._decision_sql import LOCK_RUN
 from ._run_writes import Tx
-from ._writes import SYSTEM_ACTOR_ID, utcnow
+from ._writes import utcnow
 from .audit import call_event
 from .models import AuditEventRow, CallFollowUpRow, PolicyRuleRow, ToolCallRow
 from .notify import PENDING_CHANNEL

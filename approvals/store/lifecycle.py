@@ -18,12 +18,12 @@ from typing import Any, NamedTuple, cast
 from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, func, or_, select, update
 
 from .. import tracing
+from ..calls.actors import SYSTEM, Actor
 from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..exceptions import Conflict, Forbidden
 from . import run_cancel
-from ._base import SYSTEM, Actor
 from ._run_writes import (
     Rows,
     Step,

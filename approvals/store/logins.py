@@ -21,10 +21,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..security import hash_token, verify_password_async
 from ._base import StoreBase
 from ._transaction import Transaction
-from ._writes import SYSTEM_ACTOR_ID, utcnow
+from ._writes import utcnow
 from .models import LoginThrottleRow, UserRow, WebSessionRow
 
 __all__ = ("LoginAttempt", "LoginLimits", "LoginOps", "revoke_user_sessions")

@@ -16,8 +16,8 @@ from typing import Any, cast
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, select
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus
-from ._writes import SYSTEM_ACTOR_ID
 from .db import Database
 from .models import AuditEventRow, DecisionRow, RunRow, ToolCallRow, WebhookCursorRow
 

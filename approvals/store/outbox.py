@@ -27,9 +27,10 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..exceptions import LeaseLost
 from ._base import StoreBase
-from ._writes import SYSTEM_ACTOR_ID, utcnow
+from ._writes import utcnow
 from .models import AuditEventRow, WebhookCursorRow
 
 __all__ = ("WEBHOOKS_CHANNEL", "CursorLease", "WebhookCursors")

@@ -17,14 +17,14 @@ from typing import Any
 
 from sqlalchemy import insert
 
+from ..calls.actors import SYSTEM_ACTOR_ID, Actor
 from ..calls.states import RunStatus
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Forbidden, UserError
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import decided_details, rule_decision
-from ._base import Actor
 from ._run_writes import INSERT_MESSAGES, Tx, apply_write
-from ._writes import SYSTEM_ACTOR_ID, RunEvent, RunWrite, pending_call, utcnow
+from ._writes import RunEvent, RunWrite, pending_call, utcnow
 from .audit import run_event
 from .models import RunRow
 from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL

@@ -24,6 +24,7 @@ from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ..calls.actors import Actor
 from ..calls.verdicts import Approve
 from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
@@ -31,7 +32,7 @@ from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, S
 from ..policy.files import RulesDiff, plan_apply
 from ..policy.remember import Remember, remembered_rule
 from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec, rule_problems
-from ._base import Actor, StoreBase
+from ._base import StoreBase
 from ._transaction import Transaction
 from ._writes import utcnow
 from .decisions import DecisionOps

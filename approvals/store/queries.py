@@ -19,12 +19,13 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, String, Text, and_, cast, exists, false, func, literal, or_, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from ..calls.actors import Actor
 from ..calls.options import CallOptions, call_options, reviewer_refusal
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..engines.native.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
 from ..policy.rules import Kind
-from ._base import Actor, StoreBase
+from ._base import StoreBase
 from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain
 from .models import (

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from ..calls.actors import Actor
 from ..calls.states import ROLE_RANK
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ._base import Actor
 from .accounts import AccountOps
 from .models import UserRow
 

@@ -13,10 +13,10 @@ from functools import cache
 
 from sqlalchemy import Update, bindparam, select, update
 
+from ..calls.actors import Actor
 from ..calls.options import RunRefusal, admin_refusal, run_options
 from ..calls.states import FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 from ..exceptions import Conflict, Forbidden, NotFound
-from ._base import Actor
 from ._run_writes import Tx
 from ._writes import utcnow
 from .audit import run_event

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ._base import Actor
+from ..calls.actors import Actor
 
 __all__ = ("MAX_CACHED_TOKENS", "TOKEN_CACHE_SECONDS", "TokenCache")
 

@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
+from approvals.calls.actors import SYSTEM_ACTOR_ID
 from approvals.channels import Channel, DeliveryFailed, DeliveryRefused
 from approvals.store import Database, Store
-from approvals.store._writes import SYSTEM_ACTOR_ID
 from approvals.store.models import AuditEventRow, WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 from approvals.worker import Deliverer, DelivererHealth

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 import anyio
 
+from approvals.calls.actors import SYSTEM_ACTOR_ID
 from approvals.channels.webhooks import endpoint_key
 from approvals.store import Database, Store
-from approvals.store._writes import SYSTEM_ACTOR_ID
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ...exceptions import NotFound
-from .._base import Actor
 from .._decision_sql import (
     LOCK_CALL,
     LOCK_CALL_COLUMNS,

@@ -9,10 +9,12 @@ the spot and waited for.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
+from typing_extensions import TypeVarTuple
 
 from . import tracing
 from .calls import CallRequest, validate_request, validate_with_schema
@@ -20,6 +22,7 @@ from .calls.canonical import digest
 from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
+from .engines.native._bounded_jsonschema import TooCostly, quick_pass
 from .engines.native.tools import Tool
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
@@ -31,6 +34,8 @@ from .worker.resumer import AgentRegistry, Resumer
 __all__ = ("ApprovalService",)
 
 logger = logging.getLogger("approvals.service")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class ApprovalService:
@@ -73,8 +78,7 @@ class ApprovalService:
         out (`executing`) in the same transaction.
         """
         tool = self.registered_tool(request.source, request.tool_name) if request.json_schema is None else None
-        # In a worker thread: a caller's schema may take up to its time budget to check, never the event loop's.
-        validated = await anyio.to_thread.run_sync(validate_request, request, tool)
+        validated = await _off_the_loop_if_slow(validate_request, request, tool)
         return await self.store.request_call(validated, actor=actor, hand_out=hand_out)
 
     async def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
@@ -97,7 +101,7 @@ class ApprovalService:
         definition = await self.store.tool_definition(call.tool_version)
         try:
             schema = definition.parameters_json_schema
-            return await anyio.to_thread.run_sync(validate_with_schema, call.tool_name, schema, args)
+            return await _off_the_loop_if_slow(validate_with_schema, call.tool_name, schema, args)
         except InvalidArguments as exc:
             raise InvalidEdit(exc.tool_name, exc.errors, str(exc)) from None
 
@@ -155,3 +159,17 @@ class ApprovalService:
     def args_digest(args: dict[str, Any]) -> str:
         """The digest a reviewer's client sends back to bind an approval to what it showed."""
         return digest(args)
+
+
+async def _off_the_loop_if_slow(check: Callable[[*Ts], T], *args: *Ts) -> T:
+    """`check(*args)` here if it takes at most a few milliseconds, else again in a worker thread.
+
+    A caller's schema may take up to a second to check (`_bounded_jsonschema`), which must never be
+    the event loop's; a thread hop costs ~200 µs, more than most checks take, so each is tried first
+    where it is, within `QUICK_SECONDS`.
+    """
+    try:
+        with quick_pass():
+            return check(*args)
+    except TooCostly:
+        return await anyio.to_thread.run_sync(check, *args)

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any, cast
 
 import anyio
-from sqlalchemy import Select, Table, bindparam, select, update
+from sqlalchemy import RowMapping, Select, Table, and_, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -57,7 +57,16 @@ _SESSION_RUN = (
     .where(RunRow.id == bindparam("run_id"))
     .with_for_update()
 )
-_SESSION_OWNER = select(RunRow.started_by).where(RunRow.id == bindparam("run_id"))
+_SESSION_AND_CALL_BY_KEY = (
+    select(RunRow.started_by.label("session_opened_by"), *CALLS.c)
+    .select_from(
+        cast(Table, RunRow.__table__).outerjoin(
+            CALLS, and_(CALLS.c.run_id == RunRow.id, CALLS.c.tool_call_id == bindparam("key"))
+        )
+    )
+    .where(RunRow.id == bindparam("run_id"))
+)
+"""The session's run's opener, with its call under a key (its columns all None when there is none)."""
 _CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
 
 
@@ -80,6 +89,13 @@ _CALL_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.PENDING, CallStatus.AP
 """A call of the session for these very arguments that waits, or is approved and not yet handed out."""
 _HANDED_OUT_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.EXECUTING)
 """The oldest call of the session for these very arguments that its caller was told to run."""
+
+
+def _call_fields(found: RowMapping | None) -> dict[str, Any] | None:
+    """The call's columns of a `_SESSION_AND_CALL_BY_KEY` row; None when the session holds no call under the key."""
+    if found is None or found["id"] is None:
+        return None
+    return {column.name: found[column.name] for column in CALLS.columns}
 
 
 def session_run_id(engine: str, source: str, session_id: str) -> str:
@@ -108,11 +124,12 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             raise UserError(f"Engine {request.engine!r} is not a gate: its runs pause through its worker")
         run_id = session_run_id(request.engine, request.source, request.session_id)
         async with self.db.read() as session:  # asked before (a retry, a resumed CLI): no write needed
-            opened = (await session.execute(_SESSION_OWNER, {"run_id": run_id})).one_or_none()
-            if opened is not None and opened.started_by != actor.id:
+            # one round trip: who opened the session (no row: nobody yet) and its call under this key, if any
+            key = {"run_id": run_id, "key": request.tool_call_id}
+            found = (await session.execute(_SESSION_AND_CALL_BY_KEY, key)).mappings().one_or_none()
+            if found is not None and found["session_opened_by"] != actor.id:
                 raise await self._refuse_session(validated, actor)
-            found = (await session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})).mappings()
-            row = found.one_or_none()
+            row = _call_fields(found)
             if row is None and request.same_arguments_same_call:
                 same = {"run_id": run_id, "tool_name": request.tool_name, "digest": validated.args_digest}
                 row = (await session.execute(_CALL_BY_ARGUMENTS, same)).mappings().first()

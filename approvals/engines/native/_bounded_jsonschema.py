@@ -15,10 +15,11 @@ or next to it. `jsonschema` as it is lets either stall a process:
   took 5.7 s. Here items are reduced to hashable keys and counted once (`_unique_items`).
 * Nothing bounds the work itself: `anyOf` over recursive `$ref`s is exponential in the depth
   of the arguments. Every keyword applied and every pattern matched counts as a step, and a
-  validation that takes longer than `MAX_SECONDS` (`budget`) is stopped and its arguments
-  refused as too costly to check. Callers on an event loop validate in a worker thread, so
-  even that second is not the loop's. A subschema cannot escape the budget by naming another dialect: `$schema` is
-  allowed at the root only.
+  validation that takes longer than `MAX_SECONDS` (`bounded_run`) is stopped and its arguments
+  refused as too costly to check. Callers on an event loop try it there first for at most
+  `QUICK_SECONDS` (`quick_pass`) and move what takes longer to a worker thread, so the loop
+  never gives a schema more than a few milliseconds. Every dialect's validator counts (a
+  subschema's `$schema` switches dialect), and so does the check against the metaschema.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache, lru_cache
+from dataclasses import dataclass
+from functools import lru_cache
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import jsonschema._keywords
@@ -39,10 +41,22 @@ import jsonschema._utils
 import re2
 from jsonschema.exceptions import ValidationError
 
-__all__ = ("MAX_SECONDS", "TooCostly", "bounded", "budget", "install", "schema_problems")
+T = TypeVar("T")
+
+__all__ = (
+    "MAX_SECONDS",
+    "QUICK_SECONDS",
+    "TooCostly",
+    "bounded_run",
+    "install",
+    "quick_pass",
+    "schema_problems",
+)
 
 MAX_SECONDS = 1.0
-"""How long one validation may take: ordinary arguments take well under a millisecond; callers run it off the loop."""
+"""How long one validation may take in all: ordinary arguments take well under a millisecond."""
+QUICK_SECONDS = 0.005
+"""How long a first pass on the event loop may take (`quick_pass`) before the caller moves it to a thread."""
 _CHECK_EVERY = 64
 """Steps between two looks at the clock (a step is a keyword applied or a pattern matched: microseconds)."""
 
@@ -51,26 +65,52 @@ class TooCostly(Exception):
     """A validation went past its time budget."""
 
 
-_DEADLINE: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("jsonschema_deadline", default=None)
+@dataclass
+class _Budget:
+    deadline: float
+    seconds: float
+    quick: bool
+    """A first pass: running out is for the caller to handle (`TooCostly` reaches it), not a refusal."""
+    steps: int = 0
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("jsonschema_budget", default=None)
 
 
 @contextmanager
-def budget(seconds: float = MAX_SECONDS) -> Iterator[None]:
-    """Bound the validations inside to `seconds` in all: `TooCostly` once they take longer."""
-    token = _DEADLINE.set([time.monotonic() + seconds, 0, seconds])
+def quick_pass(seconds: float = QUICK_SECONDS) -> Iterator[None]:
+    """Try the validations inside within `seconds` where the caller is (an event loop): `TooCostly` past it,
+    and the caller runs them again in a worker thread, under the full `MAX_SECONDS` (`bounded_run`).
+
+    A 200 µs thread hop costs more than most validations take, so most never leave the loop."""
+    token = _BUDGET.set(_Budget(time.monotonic() + seconds, seconds, quick=True))
     try:
         yield
     finally:
-        _DEADLINE.reset(token)
+        _BUDGET.reset(token)
+
+
+def bounded_run(run: Callable[[], T], refuse: Callable[[str], Exception]) -> T:
+    """`run()` within `MAX_SECONDS`; past it, the `refuse(reason)` exception. Inside a `quick_pass`, its
+    budget applies instead and `TooCostly` is raised for the caller to try again off the loop."""
+    if (outer := _BUDGET.get()) is not None and outer.quick:
+        return run()
+    token = _BUDGET.set(_Budget(time.monotonic() + MAX_SECONDS, MAX_SECONDS, quick=False))
+    try:
+        return run()
+    except TooCostly as exc:
+        raise refuse(str(exc)) from None
+    finally:
+        _BUDGET.reset(token)
 
 
 def _spend() -> None:
-    state = _DEADLINE.get()
+    state = _BUDGET.get()
     if state is None:
         return
-    state[1] += 1
-    if state[1] % _CHECK_EVERY == 0 and time.monotonic() > state[0]:
-        raise TooCostly(f"checking these arguments against the tool's schema takes longer than {state[2]:g} s")
+    state.steps += 1
+    if state.steps % _CHECK_EVERY == 0 and time.monotonic() > state.deadline:
+        raise TooCostly(f"checking against the tool's schema takes longer than {state.seconds:g} s")
 
 
 _OPTIONS = re2.Options()
@@ -109,9 +149,31 @@ MATCHING_MODULES = (jsonschema._keywords, jsonschema._legacy_keywords, jsonschem
 
 
 def install() -> None:
-    """Make jsonschema match every pattern with RE2, in this whole process; idempotent."""
+    """Make jsonschema safe to run on anyone's schema, in this whole process; idempotent.
+
+    Every pattern is matched by RE2, and every keyword of every dialect's validator (each
+    `$schema` names one, and a subschema may switch) counts against the budget of the
+    validation under way, with `uniqueItems` in linear time. Outside a budget a keyword costs
+    one context-variable read more.
+    """
     for module in MATCHING_MODULES:
         module.re = _linear_re  # type: ignore[attr-defined]
+    dialects = {*getattr(jsonschema.validators, "_VALIDATORS", {}).values(), *_DRAFTS}
+    for validator_cls in dialects:
+        keywords = validator_cls.VALIDATORS
+        for name, keyword in list(keywords.items()):
+            if not getattr(keyword, "counted", False):
+                keywords[name] = _counted(_unique_items if name == "uniqueItems" else keyword)
+
+
+_DRAFTS = (
+    jsonschema.Draft3Validator,
+    jsonschema.Draft4Validator,
+    jsonschema.Draft6Validator,
+    jsonschema.Draft7Validator,
+    jsonschema.Draft201909Validator,
+    jsonschema.Draft202012Validator,
+)
 
 
 def _key(value: Any) -> Any:
@@ -152,58 +214,42 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
         _spend()
         return keyword(validator, value, instance, schema)
 
+    counted.counted = True  # type: ignore[attr-defined]
     return counted
 
 
-@cache
-def bounded(validator_cls: type[Any]) -> type[Any]:
-    """`validator_cls` with every keyword counted against the budget and `uniqueItems` in linear time."""
-    keywords = {name: _counted(keyword) for name, keyword in validator_cls.VALIDATORS.items()}
-    if "uniqueItems" in keywords:
-        keywords["uniqueItems"] = _counted(_unique_items)
-    extended: type[Any] = jsonschema.validators.extend(validator_cls, keywords)  # type: ignore[no-untyped-call]
-    return extended
-
-
 def schema_problems(schema: Any) -> list[str]:
-    """What makes a schema unsafe to validate with: patterns RE2 cannot run, `$schema` below the root."""
-    problems = [
+    """What makes a schema unsafe to validate with: patterns RE2 cannot run."""
+    return [
         f"json_schema's pattern {pattern!r} cannot be matched in linear time (lookaround and backreferences "
         "are not supported: patterns are matched with RE2)"
         for pattern in sorted({p for p in _patterns(schema) if _compiled(p) is None})
     ]
-    if _nested_dialects(schema):
-        problems.append("json_schema may name its dialect ($schema) only at its root")
-    return problems
 
 
 _DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
-"""Keywords whose values are instances, not schemas: a "pattern" or "$schema" there is data."""
+"""Keywords whose values are instances, not schemas: a "pattern" there is data."""
 
 
 def _patterns(schema: Any) -> Iterator[str]:
-    for key, value, _ in _schema_items(schema):
+    for key, value in _schema_items(schema):
         if key == "pattern" and isinstance(value, str):
             yield value
         elif key == "patternProperties" and isinstance(value, dict):
             yield from (name for name in value if isinstance(name, str))
 
 
-def _nested_dialects(schema: Any) -> bool:
-    return any(key == "$schema" and not at_root for key, _, at_root in _schema_items(schema))
-
-
-def _schema_items(schema: Any) -> Iterator[tuple[str, Any, bool]]:
-    """Every (keyword, value, at the root) of a schema and its subschemas, without recursion; data left out."""
-    stack: list[tuple[Any, bool]] = [(schema, True)]
+def _schema_items(schema: Any) -> Iterator[tuple[str, Any]]:
+    """Every (keyword, value) of a schema and its subschemas, without recursion; data keywords left out."""
+    stack: list[Any] = [schema]
     while stack:
-        node, at_root = stack.pop()
+        node = stack.pop()
         if isinstance(node, list):
-            stack.extend((item, False) for item in node)
+            stack.extend(node)
         elif isinstance(node, dict):
             for key, value in node.items():
                 if key in _DATA_KEYWORDS:
                     continue
-                yield key, value, at_root
+                yield key, value
                 if isinstance(value, (dict, list)):
-                    stack.append((value, False))
+                    stack.append(value)

@@ -44,7 +44,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, PydanticJsonSchemaWarning
 from typing_extensions import is_typeddict
 
-from ._bounded_jsonschema import TooCostly, bounded, budget, schema_problems
+from ._bounded_jsonschema import bounded_run, schema_problems
 from ._bounded_jsonschema import install as install_linear_patterns
 from ._docstrings import DocstringFormat, ParsedDocstring, parse_docstring
 from ._extra_keys import forbid_extra, own_keys_only
@@ -220,16 +220,14 @@ class JsonSchemaArgs(ArgsSchema):
     def __init__(self, json_schema: JsonSchema) -> None:
         self.json_schema = json_schema
         validator_cls = jsonschema.validators.validator_for(json_schema, default=jsonschema.Draft202012Validator)
-        self._validator = bounded(validator_cls)(json_schema, format_checker=validator_cls.FORMAT_CHECKER)
+        self._validator = validator_cls(json_schema, format_checker=validator_cls.FORMAT_CHECKER)
 
     def validate_python(self, data: Any) -> Any:
-        """The arguments, or `ArgsInvalid` with every error; bounded in time whatever the schema (`budget`)."""
+        """The arguments, or `ArgsInvalid` with every error; bounded in time whatever the schema (`bounded_run`)."""
         try:
-            with budget():
-                found = list(self._validator.iter_errors(data))
-        except (TooCostly, RecursionError) as exc:
-            why = str(exc) if isinstance(exc, TooCostly) else "the arguments nest too deeply to check"
-            raise ArgsInvalid([ArgError("", why)]) from None
+            found = bounded_run(lambda: list(self._validator.iter_errors(data)), _too_costly)
+        except RecursionError:
+            raise ArgsInvalid([ArgError("", "the arguments nest too deeply to check")]) from None
         errors = [
             ArgError(".".join(str(p) for p in error.absolute_path), error.message)
             for error in sorted(found, key=lambda e: list(map(str, e.absolute_path)))
@@ -260,12 +258,22 @@ def check_json_schema(json_schema: Any) -> list[str]:
     if json_schema.get("type") != "object":
         problems.append('json_schema must describe an object ("type": "object")')
     validator_cls = jsonschema.validators.validator_for(json_schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator_cls.check_schema(dict(json_schema))
+    try:  # counted against the same time budget as a validation
+        bounded_run(lambda: validator_cls.check_schema(dict(json_schema)), _Refused)
     except jsonschema.SchemaError as exc:
         problems.append(f"json_schema is not a valid JSON schema: {exc.message}")
+    except (_Refused, RecursionError) as exc:
+        return [f"json_schema is too costly to check: {exc or 'it nests too deeply'}"]
     problems.extend(schema_problems(json_schema))
     return problems
+
+
+class _Refused(Exception):
+    """A check that ran out of time, said as a problem."""
+
+
+def _too_costly(reason: str) -> ArgsInvalid:
+    return ArgsInvalid([ArgError("", reason)])
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; n
 	$(RUN) pytest -n 2 -m "$(QUICK_TESTS)"
 
 test: install browser llm-server clis lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
-	$(RUN) pytest
+	$(RUN) pytest --durations=25  # the slowest tests are printed, so a slow one is seen the day it lands
 
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).
 	CHAOS_TRIALS=$${CHAOS_TRIALS:-300} $(RUN) pytest -p no:cacheprovider tests/chaos

@@ -45,6 +45,25 @@ def with_property(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {"x": schema}}
 
 
+def exponential_schema() -> dict[str, Any]:
+    """`anyOf` whose two branches both check the same child: 2^depth checks for arguments nested `depth` deep."""
+    node = {
+        "anyOf": [
+            {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
+            {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 5},
+        ]
+    }
+    return {"type": "object", "$defs": {"node": node}, "properties": {"x": {"$ref": "#/$defs/node"}}}
+
+
+def nested(depth: int) -> Any:
+    """A leaf that matches neither branch, `depth` lists deep: every path is tried."""
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def test_a_backtracking_pattern_is_matched_in_linear_time() -> None:
     errors = finishes(with_property({"type": "string", "pattern": "^(a+)+$"}), {"x": "a" * 5000 + "b"})
     assert errors is not None and "does not match" in errors
@@ -117,18 +136,8 @@ def test_unique_items_keeps_json_equality(items: list[Any], unique: bool) -> Non
 
 
 def test_an_exponential_schema_is_stopped_by_the_time_budget() -> None:
-    """`anyOf` whose two branches both check the same child: 2^40 paths for arguments nested 40 deep."""
-    node = {
-        "anyOf": [
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 5},
-        ]
-    }
-    schema = {"type": "object", "$defs": {"node": node}, "properties": {"x": {"$ref": "#/$defs/node"}}}
-    nested: Any = "leaf"
-    for _ in range(40):
-        nested = [nested]
-    errors = finishes(schema, {"x": nested})
+    """2^40 paths for arguments nested 40 deep."""
+    errors = finishes(exponential_schema(), {"x": nested(40)})
     assert errors is not None and "takes longer than" in errors
 
 
@@ -159,18 +168,8 @@ def test_the_gate_refuses_a_schema_it_could_not_run_safely_with_the_reason() -> 
 
 def test_a_quick_pass_hands_a_costly_validation_back_to_its_caller() -> None:
     """On the event loop a check gets a few milliseconds; past them the caller moves it to a thread."""
-    node = {
-        "anyOf": [
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 5},
-        ]
-    }
-    schema = {"type": "object", "$defs": {"node": node}, "properties": {"x": {"$ref": "#/$defs/node"}}}
-    nested: Any = "leaf"
-    for _ in range(40):
-        nested = [nested]
     with pytest.raises(TooCostly), quick_pass():
-        JsonSchemaArgs(schema).validate_python({"x": nested})
+        JsonSchemaArgs(exponential_schema()).validate_python({"x": nested(40)})
     with quick_pass():  # what is cheap is done where it is
         assert JsonSchemaArgs(with_property({"type": "integer"})).validate_python({"x": 3}) == {"x": 3}
 

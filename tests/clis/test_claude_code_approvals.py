@@ -14,7 +14,7 @@ Needs the CLI from tests/clis/install.sh (`APPROVALS_CLIS_DIR`); every test skip
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +43,6 @@ def approvals(db_url: str, tmp_path: Path) -> Iterator[Approvals]:  # noqa: F811
     claude_binary()  # skip before starting anything when the CLI is not installed
     with serving(db_url, tmp_path, AgentRegistry(), users=False) as server:
         yield accounts(server, "claude", Approvals)
-
-
-@pytest.fixture
-def background() -> Iterator[Callable[..., Future[ClaudeRun]]]:
-    """Run the CLI in a thread (`background(claude, ...)`), while the test decides.
-
-    Not waited for at the end: a failed test's CLI ends once our server stops (the hook fails
-    and blocks), or at `run_claude`'s timeout.
-    """
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claude")
-    try:
-        yield lambda *args, **kwargs: pool.submit(*args, **kwargs)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def hooked_project(tmp_path: Path, url: str, *, wait: float, fallback: str | None = None, http: bool = True) -> Path:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,16 +76,6 @@ def setup(approvals: Approvals, tmp_path: Path) -> Setup:
     config = tmp_path / "claude-mcp.json"
     config.write_text(json.dumps({"mcpServers": {SERVER: gateway.server_entry()}}, indent=2))
     return Setup(project, config, gateway)
-
-
-@pytest.fixture
-def background() -> Iterator[Callable[..., Future[ClaudeRun]]]:
-    """Run the CLI in a thread while the test decides; a failed test's CLI ends at its timeout."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claude")
-    try:
-        yield lambda *args, **kwargs: pool.submit(*args, **kwargs)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def tool_use_id(reply: Reply) -> str:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,15 +149,6 @@ def newcomer(tmp_path: Path) -> Iterator[Newcomer]:
         yield person
     finally:
         person.stop()
-
-
-@pytest.fixture
-def background() -> Iterator[Callable[..., Future[ClaudeRun]]]:
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claude")
-    try:
-        yield lambda *args, **kwargs: pool.submit(*args, **kwargs)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def password_printed(output: str) -> tuple[str, str]:

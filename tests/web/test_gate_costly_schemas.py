@@ -6,33 +6,14 @@ Real HTTP through the app, on SQLite and PostgreSQL. Before, a `calls:ask` token
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
+from ..calls.test_bounded_schemas import exponential_schema, nested
 from .conftest import WebApp
 from .test_gate import asking_client, gate_call
 
 pytestmark = pytest.mark.anyio
-
-
-def exponential_schema() -> dict[str, Any]:
-    """`anyOf` whose two branches both check the same child: 2^depth checks for arguments nested `depth` deep."""
-    node = {
-        "anyOf": [
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
-            {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 5},
-        ]
-    }
-    return {"type": "object", "$defs": {"node": node}, "properties": {"x": {"$ref": "#/$defs/node"}}}
-
-
-def nested(depth: int) -> Any:
-    value: Any = "leaf"  # matches neither branch, so every path is tried
-    for _ in range(depth):
-        value = [value]
-    return value
 
 
 async def test_a_backtracking_pattern_is_an_ordinary_refusal(web: WebApp) -> None:

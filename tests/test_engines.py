@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 from approvals import Agent, Tool, ToolRetryError, UserError
 from approvals.calls.states import CallStatus
 from approvals.engines import EngineKind, HistoryCodec, base, engine_for_format, get_engine, register_engine
+from approvals.engines.history import call_outcomes
 from approvals.engines.native.messages import (
     ModelRequest,
     ModelResponse,
@@ -35,7 +36,7 @@ from approvals.engines.native.messages import (
 from approvals.engines.native.models import TestModel
 from approvals.engines.pydantic_ai import PydanticAIAgent
 from approvals.engines.pydantic_ai.engine import PYDANTIC_AI_FORMAT
-from approvals.worker.resumer import AgentRegistry, as_resumable, call_outcomes
+from approvals.worker.resumer import AgentRegistry, as_resumable
 
 NOT_AN_AGENT = "just a string"
 

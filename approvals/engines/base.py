@@ -14,9 +14,12 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..exceptions import UserError
+
+if TYPE_CHECKING:
+    from .native.messages import ModelRequest, ModelResponse
 
 __all__ = (
     "Engine",
@@ -62,9 +65,10 @@ class HistoryCodec(Protocol):
         """One stored message."""
         ...
 
-    def view(self, messages: Iterable[Any]) -> list[Any]:
-        """The messages in our own types (`approvals.engines.native.messages`), read-only: for the run page, the API and
-        the worker (pending calls, call outcomes). Messages already ours pass through unchanged."""
+    def view(self, messages: Iterable[Any]) -> list[ModelRequest | ModelResponse]:
+        """The messages in the view model (`approvals.engines.native.messages`, see `approvals.engines.seam`),
+        read-only: for the run page, the API and the engine's answers to the worker (which calls wait, what the
+        approved calls came to). Messages already in it pass through unchanged."""
         ...
 
     def owns(self, message: object) -> bool:

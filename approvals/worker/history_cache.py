@@ -2,22 +2,23 @@
 
 A run's history is append-only, so the messages a worker holds of it never go stale: a
 claim told how many it holds (`Store.claim(known=...)`) sends only those after them. The
-worker holds the history's `RunTotals` (usage, tool call ids) too, and counts only the new
-messages into them. With one worker per run for most of its life, a resume then costs the
-same at any history length.
+worker holds the history's tally too (`approvals.engines.seam.Tally`, made by its engine: our
+agent's usage and tool call ids), and counts only the new messages into it. With one worker
+per run for most of its life, a resume then costs the same at any history length.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
-from ..engines.native.messages import ModelRequest, ModelResponse
-from ..engines.native.usage import RunTotals
+from ..engines.seam import Tally
 
 __all__ = ("HistoryCache",)
 
-Message = ModelRequest | ModelResponse
+Message = Any
+"""A stored message, in its engine's own types."""
 
 
 class HistoryCache:
@@ -26,13 +27,13 @@ class HistoryCache:
     def __init__(self, max_runs: int = 64) -> None:
         self.max_runs = max_runs
         """Bounds both the memory held and the `known` map every claim sends."""
-        self._runs: OrderedDict[str, tuple[list[Message], RunTotals]] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[list[Message], Tally]] = OrderedDict()
 
     def known(self) -> dict[str, int]:
         """How many messages of which runs this process holds, for `Store.claim`."""
         return {run_id: totals.count for run_id, (_, totals) in self._runs.items()}
 
-    def take(self, run_id: str, history_from: int, newer: Sequence[Message]) -> tuple[list[Message], RunTotals] | None:
+    def take(self, run_id: str, history_from: int, newer: Sequence[Message]) -> tuple[list[Message], Tally] | None:
         """The whole history (the held messages, then `newer`) and its totals; None unless exactly those are held.
 
         The run leaves the cache: its resume appends to the list and counts on in the totals,
@@ -46,7 +47,7 @@ class HistoryCache:
         totals.add_all(newer)
         return messages, totals
 
-    def keep(self, run_id: str, messages: list[Message], totals: RunTotals) -> None:
+    def keep(self, run_id: str, messages: list[Message], totals: Tally) -> None:
         """Hold a run's stored history (all of it, handed over: not copied) and its totals for its next resume."""
         if totals.count != len(messages) or totals.run_id != run_id:
             raise ValueError(f"totals of {totals.count} messages of run {totals.run_id!r} kept with {len(messages)}")

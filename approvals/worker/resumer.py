@@ -10,9 +10,11 @@ it completes, and records how the run ended: completed, failed, or paused again.
 Agents are found by name in an `AgentRegistry`; a worker in another process registers
 the same agents (an import path like `myapp.agents:support_agent` is enough), so any
 worker can continue any stored run. An agent is registered as its engine adopts it
-(`approvals.engines`: our `Agent` as it is, a pydantic-ai agent wrapped), and that engine's
-history codec reads what each step did: the outcomes of the approved calls it ran
-(`call_outcomes`), which the store writes as given.
+(`approvals.engines`: our `Agent` as it is, a pydantic-ai agent wrapped). The worker knows
+engines only through the seam (`approvals.engines.seam`): it hands the engine a `Turn` (the
+stored history, the verdicts on the calls it waits on), implements the `RunHooks` over the
+store, and stores the `Paused` or `Completed` it ends with; the engine says which calls wait
+and what the approved calls it ran came to, which the store writes as given.
 """
 
 from __future__ import annotations
@@ -26,24 +28,29 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import anyio
-import pydantic_core
 
 from .. import tracing
 from .._outage import Outage
 from ..calls.states import CallStatus, RunStatus
+from ..calls.tools import DeferredToolRequests
+from ..calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from ..engines import Engine, HistoryCodec, adopting_engines
-from ..engines.native._history import pending_tool_calls, since_last_response
-from ..engines.native._persistence import RunPersistence
-from ..engines.native.agent import AgentRunResult
-from ..engines.native.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
-from ..engines.native.messages import ModelRequest, ModelResponse, RetryPromptPart, ToolReturnPart
-from ..engines.native.tools import Tool
-from ..engines.native.usage import RunTotals
+from ..engines.seam import (
+    CallOutcomes,
+    Completed,
+    Paused,
+    ResumableAgent,
+    ResumableEngine,
+    Tally,
+    Turn,
+    history_codec,
+    resumable,
+)
 from ..exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError, UserError
 from ..logs import with_run
 from ..store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
@@ -92,31 +99,6 @@ class WorkerHealth:
             self.last_claim = now
 
 
-class ResumableAgent(Protocol):
-    """What a registry holds: our `Agent`, or a wrapped pydantic-ai agent (`approvals.engines.pydantic_ai`)."""
-
-    name: str
-
-    @property
-    def tools(self) -> Mapping[str, Tool[Any]]:
-        """Its tools by name: they validate reviewers' edits."""
-        ...
-
-    async def run(
-        self,
-        prompt: str | None = None,
-        *,
-        deps: Any = None,
-        message_history: Any = None,
-        deferred_tool_results: DeferredToolResults | None = None,
-        run_id: str | None = None,
-        persistence: RunPersistence | None = None,
-        history_totals: RunTotals | None = None,
-    ) -> AgentRunResult[Any]:
-        """Start or continue a run (see `Agent.run`)."""
-        ...
-
-
 @dataclass(frozen=True)
 class RegisteredAgent:
     """An agent, how to build its run dependencies from stored data, and the engine it belongs to."""
@@ -127,12 +109,14 @@ class RegisteredAgent:
     """The engine that adopted the agent (`approvals.engines`); found again from the agent when not given."""
 
     @property
+    def resumable_engine(self) -> ResumableEngine:
+        """The agent's engine, as the worker continues its runs (`approvals.engines.seam`)."""
+        return resumable(self.engine if self.engine is not None else _adopt(self.agent)[0])
+
+    @property
     def codec(self) -> HistoryCodec:
-        """How the agent's runs store their messages, and read them in our types."""
-        engine = self.engine if self.engine is not None else _adopt(self.agent)[0]
-        if engine.codec is None:
-            raise UserError(f"Agent {self.agent.name!r} belongs to the {engine.name!r} engine, which keeps no history")
-        return engine.codec
+        """How the agent's runs store their messages, and read them in the view model."""
+        return history_codec(self.resumable_engine)
 
     async def make_deps(self, data: Any) -> Any:
         """Stored deps data -> the deps object (clients, connections) the tools use."""
@@ -224,35 +208,16 @@ def _unwrapped(agent: object) -> object:
     return getattr(agent, "agent", agent)
 
 
-def call_outcomes(
-    messages: Iterable[ModelRequest | ModelResponse], executing: Collection[str]
-) -> dict[str, tuple[CallStatus, Any]]:
-    """The outcomes of the approved calls in `executing` that `messages` (in our types) report, by tool call id.
-
-    A call succeeded with its tool's result, or failed with the retry message the model read;
-    a call of `executing` the messages do not settle is left out, and so is any other call. The
-    store writes these as given (`Store.append_step`, `pause`, `finish`): it never reads a history.
-    """
-    outcomes: dict[str, tuple[CallStatus, Any]] = {}
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, ToolReturnPart):
-                    if part.source == "tool" and part.tool_call_id in executing:
-                        outcomes[part.tool_call_id] = (CallStatus.SUCCEEDED, part.content)
-                elif isinstance(part, RetryPromptPart) and part.tool_call_id and part.tool_call_id in executing:
-                    outcomes[part.tool_call_id] = (CallStatus.FAILED, part.content)
-    return outcomes
-
-
-def decision_from_row(row: DecidedCall) -> ToolApproved | ToolDenied | ToolAnswered:
-    """The deferred result a decided call stands for."""
+def verdict_of(row: DecidedCall) -> Verdict:
+    """The verdict a decided call stands for: what its run's engine is given for it."""
     if row.status == CallStatus.APPROVED:
-        return ToolApproved(override_args=row.override_args, args_digest=row.args_digest)
+        if row.override_args is None:
+            return Approve(args_digest=row.args_digest)
+        return EditAndApprove(args=row.override_args, args_digest=row.args_digest)
     if row.status in (CallStatus.DENIED, CallStatus.EXPIRED):
-        return ToolDenied(message=row.denial_reason or "Denied.")
+        return Deny(reason=row.denial_reason or "Denied.")
     if row.status == CallStatus.ANSWERED:
-        return ToolAnswered(content=row.answer)
+        return Answer(content=row.answer)
     raise UserError(f"Call {row.id!r} is {row.status}, not decided")
 
 
@@ -419,7 +384,7 @@ class Resumer:
     async def _continue(self, claimed: ClaimedRun, lease: _Lease) -> None:
         run_id = claimed.run_id
         held = self.histories.take(run_id, claimed.history_from, claimed.history)  # held again once paused again
-        totals: RunTotals | None = None  # None: the agent counts them from the whole history
+        totals: Tally | None = None  # None: the engine counts them from the whole history
         if held is not None:
             history, totals = held
         elif claimed.history_from == 0:
@@ -430,18 +395,17 @@ class Resumer:
         stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
             entry = self.registry.get(claimed.agent_name)
-            stored.codec = entry.codec
-            deps = await entry.make_deps(claimed.deps)
-            results = self._decisions(run_id, entry.codec.view(since_last_response(history)), claimed.decided_calls)
-            result = await entry.agent.run(
-                None if history else claimed.prompt,
-                deps=deps,
-                message_history=history,
-                deferred_tool_results=results,
+            engine = stored.engine = entry.resumable_engine
+            history_codec(engine)  # the one state this store keeps
+            turn = Turn(
                 run_id=run_id,
-                persistence=stored,
-                history_totals=totals,
+                prompt=claimed.prompt,
+                deps=await entry.make_deps(claimed.deps),
+                verdicts=self._verdicts(run_id, engine.waiting_on(history), claimed.decided_calls),
+                history=history,
+                tally=totals,
             )
+            end = await engine.resume(entry.agent, turn, stored)
         except LeaseLost:
             raise
         except ApprovalsError as exc:
@@ -453,17 +417,17 @@ class Resumer:
             logger.exception("run %s failed", run_id)
             await stored.fail(_failure_text(exc))
             return
-        messages = result.all_messages()
-        remaining = messages[stored.count :]
+        remaining = end.messages[stored.count :]
         try:
-            if isinstance(result.output, DeferredToolRequests):
-                requests = result.output
-                await stored.pause(remaining, requests)
-                self.histories.keep(run_id, messages, result.totals)
-                names = ", ".join(call.tool_name for call in requests.approvals)
+            if isinstance(end, Paused):
+                await stored.pause(remaining, end.requests)
+                if end.tally is not None:
+                    self.histories.keep(run_id, end.messages, end.tally)
+                names = ", ".join(call.tool_name for call in end.requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return
-            await stored.complete(remaining, pydantic_core.to_jsonable_python(result.output))
+            assert isinstance(end, Completed)
+            await stored.complete(remaining, end.output)
         except LeaseLost:
             raise
         except Exception as exc:  # the database refuses what the model said: fail the run, never retry it forever
@@ -482,21 +446,17 @@ class Resumer:
             )
 
     @staticmethod
-    def _decisions(
-        run_id: str, tail: list[ModelRequest | ModelResponse], decided: dict[str, DecidedCall]
-    ) -> DeferredToolResults | None:
-        """The people's decisions on the calls the history's `tail` (from its last response, in our types) waits on."""
-        pending = pending_tool_calls(tail)
-        if not pending:
-            return None
+    def _verdicts(run_id: str, pending: list[str], decided: dict[str, DecidedCall]) -> dict[str, Verdict]:
+        """The people's verdicts on the calls the run waits on (`pending`, as its engine reads its history)."""
         missing = [call_id for call_id in pending if call_id not in decided]
         if missing:
             raise UserError(f"Run {run_id!r} has calls without stored decisions: {', '.join(missing)}")
-        return DeferredToolResults(approvals={call_id: decision_from_row(decided[call_id]) for call_id in pending})
+        return {call_id: verdict_of(decided[call_id]) for call_id in pending}
 
 
 class _StoredRun:
-    """The store's side of a run this worker continues: the run's `RunPersistence`, and how it ends.
+    """The store's side of a run this worker continues: the run's `RunHooks` (`approvals.engines.seam`), and how it
+    ends.
 
     It keeps count of what is stored and which approved calls have started, so each write
     says exactly what is new (messages, and the executing calls whose results come with
@@ -512,8 +472,8 @@ class _StoredRun:
         self._worker = resumer.worker_id
         self.count = stored_messages
         """Messages of the run stored so far."""
-        self.codec: HistoryCodec | None = None
-        """The run's engine's codec, once its agent is known: it reads the outcomes of the calls in each step."""
+        self.engine: ResumableEngine | None = None
+        """The run's engine, once its agent is known: it reads the outcomes of the calls in each step."""
         self._executing: set[str] = set()  # marked executing, results not yet stored
         self._started: set[str] = set()  # handed to their tools
 
@@ -532,7 +492,7 @@ class _StoredRun:
         self._started.update(tool_call_ids)
         self._executing.update(tool_call_ids)
 
-    async def on_step(self, messages: list[ModelRequest | ModelResponse]) -> None:
+    async def on_step(self, messages: list[Any]) -> None:
         """Append a completed step, with the results of the calls marked executing before it."""
         results = self._outcomes(messages)
         await self._write(
@@ -545,7 +505,7 @@ class _StoredRun:
         self.count += len(messages)
         self._executing.clear()  # approved calls run before the step that follows them is stored
 
-    async def pause(self, remaining: list[ModelRequest | ModelResponse], requests: DeferredToolRequests) -> None:
+    async def pause(self, remaining: list[Any], requests: DeferredToolRequests) -> None:
         results = self._outcomes(remaining)
         await self._write(
             "pausing it",
@@ -553,7 +513,7 @@ class _StoredRun:
             self._grown_by(len(remaining), RunStatus.AWAITING_APPROVAL, RunStatus.READY),
         )
 
-    async def complete(self, remaining: list[ModelRequest | ModelResponse], output: Any) -> None:
+    async def complete(self, remaining: list[Any], output: Any) -> None:
         results = self._outcomes(remaining)
         await self._write(
             "recording that it completed",
@@ -573,13 +533,13 @@ class _StoredRun:
         )
         logger.info("run %s (%s) failed: %s", self._run_id, self._claimed.agent_name, error)
 
-    def _outcomes(self, messages: list[Any]) -> dict[str, tuple[CallStatus, Any]]:
-        """What the calls marked executing came to, as far as `messages` settle them (see `call_outcomes`)."""
+    def _outcomes(self, messages: list[Any]) -> CallOutcomes:
+        """What the calls marked executing came to, as far as `messages` settle them (the engine reads them)."""
         if not self._executing or not messages:
             return {}  # the usual step: no approved call ran before it, nothing to read
-        if self.codec is None:
+        if self.engine is None:
             raise UserError(f"run {self._run_id}: calls ran before its agent was known")
-        return call_outcomes(self.codec.view(messages), self._executing)
+        return self.engine.outcomes(messages, self._executing)
 
     def _grown_by(self, count: int, *statuses: RunStatus) -> _Landed:
         """Whether the stored run has exactly `count` more messages (and one of `statuses`)."""

@@ -17,7 +17,7 @@ from typing_extensions import TypeVar
 
 from ... import tracing
 from ...exceptions import InvalidDeferredResults, ToolRetriesExceeded, ToolRetryError, UserError
-from ._history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
+from ..history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
 from ._model_output import storable_response
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._persistence import NO_PERSISTENCE, RunPersistence

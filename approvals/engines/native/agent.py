@@ -19,7 +19,7 @@ from typing_extensions import TypeVar
 
 from ...exceptions import ToolDefinitionError, UserError
 from ...logs import with_run
-from ._history import pending_tool_calls, run_id_of
+from ..history import pending_tool_calls, run_id_of
 from ._output import OutputSchema
 from ._persistence import NO_PERSISTENCE, RunPersistence
 from ._run import AgentRun

@@ -1,9 +1,11 @@
 """What a paused run asks for, and the decisions that let it continue.
 
-A run that reaches calls needing a person ends with `DeferredToolRequests`: each call with
-its validated arguments, their digest and the tool definition the model saw. It is
-resumed with `DeferredToolResults`, one decision per call id: approve (optionally with
-edited arguments), deny with a reason, or answer on the tool's behalf.
+A run that reaches calls needing a person ends with `DeferredToolRequests` (the neutral
+`approvals.calls.tools` types, under our agent's public names): each call with its validated
+arguments, their digest and the tool definition the model saw. It is resumed with
+`DeferredToolResults`, one decision per call id: approve (optionally with edited arguments),
+deny with a reason, or answer on the tool's behalf; `results_from_verdicts` reads them from the
+core's verdicts (`approvals.calls.verdicts`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Discriminator, TypeAdapter
 
-from .tools import ToolDefinition
+from ...calls.tools import DeferredToolCall, DeferredToolRequests
+from ...calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 
 __all__ = (
     "DEFAULT_DENIAL_REASON",
@@ -25,42 +28,10 @@ __all__ = (
     "ToolAnswered",
     "ToolApproved",
     "ToolDenied",
+    "results_from_verdicts",
 )
 
 DEFAULT_DENIAL_REASON = "The reviewer gave no reason."
-
-
-@dataclass(kw_only=True)
-class DeferredToolCall:
-    """One call waiting for a person."""
-
-    tool_name: str
-    tool_call_id: str
-    args: dict[str, Any]
-    """The validated arguments, as JSON-compatible data: what the reviewer sees."""
-    args_digest: str
-    """SHA-256 of the canonical JSON of `args`: an approval can be bound to exactly these."""
-    tool_def: ToolDefinition
-    """The definition the model was shown for this call."""
-    reason: str | None = None
-    """Why approval is needed, when the tool said (`ApprovalRequired(reason)`)."""
-    approvals_required: int = 1
-    """Distinct approvers the tool asks for."""
-    approval_ttl: float | None = None
-    """Seconds the call may wait before it expires as a denial; None waits forever."""
-    idempotent: bool = False
-    """The tool is safe to run twice, so a crash mid-call may simply retry it."""
-
-
-@dataclass(kw_only=True)
-class DeferredToolRequests:
-    """The output of a run that paused: the calls waiting for decisions."""
-
-    approvals: list[DeferredToolCall] = field(default_factory=list)
-
-    @property
-    def tool_call_ids(self) -> list[str]:
-        return [call.tool_call_id for call in self.approvals]
 
 
 @dataclass(kw_only=True)
@@ -113,3 +84,19 @@ class DeferredToolResults:
             else:
                 expanded[call_id] = decision
         return expanded
+
+
+def results_from_verdicts(verdicts: Mapping[str, Verdict]) -> DeferredToolResults:
+    """The core's verdicts on a paused run's calls, by tool call id, as the decisions our agent resumes with."""
+    return DeferredToolResults(approvals={call_id: _decision(verdict) for call_id, verdict in verdicts.items()})
+
+
+def _decision(verdict: Verdict) -> ToolApproved | ToolDenied | ToolAnswered:
+    if isinstance(verdict, Approve):
+        return ToolApproved(args_digest=verdict.args_digest)
+    if isinstance(verdict, EditAndApprove):
+        return ToolApproved(override_args=verdict.args, args_digest=verdict.args_digest)
+    if isinstance(verdict, Deny):
+        return ToolDenied(message=verdict.reason)
+    assert isinstance(verdict, Answer), verdict
+    return ToolAnswered(content=verdict.content)

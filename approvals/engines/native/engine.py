@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..base import EngineKind, HistoryCodec
+from ..base import HistoryCodec
+from ..history_engine import HistoryEngine
 from . import messages
 from .agent import Agent
 from .messages import MESSAGE_FORMAT_VERSION, ModelRequest, ModelResponse
@@ -31,18 +32,17 @@ class NativeCodec:
     def load_message(self, data: dict[str, Any] | str | bytes) -> Any:
         return messages.load_message(data)
 
-    def view(self, history: Iterable[Any]) -> list[Any]:
+    def view(self, history: Iterable[Any]) -> list[ModelRequest | ModelResponse]:
         return list(history)
 
     def owns(self, message: object) -> bool:
         return isinstance(message, ModelRequest | ModelResponse)
 
 
-class NativeEngine:
-    """Runs of our `Agent`: resumable by our worker from the stored history."""
+class NativeEngine(HistoryEngine):
+    """Runs of our `Agent`: resumable by our worker from the stored history (`HistoryEngine` does the rest)."""
 
     name = "native"
-    kind = EngineKind.RESUMABLE
     codec: HistoryCodec = NativeCodec()
 
     def adopt(self, candidate: object, *, name: str | None = None) -> Agent[Any, Any] | None:

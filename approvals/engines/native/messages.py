@@ -277,7 +277,7 @@ def as_approvals_messages(messages: Sequence[Any]) -> list[ModelRequest | ModelR
     if all(isinstance(m, ModelRequest | ModelResponse) for m in messages):
         return list(messages)
     foreign = next(m for m in messages if not isinstance(m, ModelRequest | ModelResponse))
-    return cast(list[ModelRequest | ModelResponse], _foreign_codec(foreign).view(messages))
+    return _foreign_codec(foreign).view(messages)
 
 
 def format_version_of(messages: Sequence[Any]) -> int:

@@ -16,7 +16,7 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import Any, Generic, Literal, TypeAlias, overload
 
@@ -26,6 +26,7 @@ from pydantic_core import SchemaValidator, to_jsonable_python
 from typing_extensions import TypeVar
 
 from ...calls.canonical import digest, non_finite_path
+from ...calls.tools import ToolDefinition
 from ...exceptions import ToolDefinitionError, ToolRetryError
 from . import _json_schema
 from ._docstrings import DocstringFormat
@@ -71,38 +72,6 @@ class _Inherit(enum.Enum):
 
 INHERIT = _Inherit.INHERIT
 """Timeout value meaning "use the agent's default"; `None` means "no limit"."""
-
-
-@dataclass(kw_only=True)
-class ToolDefinition:
-    """What a model is told about a tool, plus app-only metadata."""
-
-    name: str
-    """The name the model calls the tool by."""
-    parameters_json_schema: dict[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}, "additionalProperties": False}
-    )
-    """JSON schema of the arguments object."""
-    description: str = ""
-    """What the tool does, for the model."""
-    strict: bool | None = None
-    """Ask providers that support it (OpenAI) to enforce the schema; None lets the exporter decide."""
-    sequential: bool = False
-    """Run this tool alone, never concurrently with other calls of the same step."""
-    metadata: dict[str, Any] | None = None
-    """Data for the application (filtering, display); never sent to the model."""
-
-    @property
-    def version(self) -> str:
-        """Hash of what the model sees, so a changed tool is visible in stored history."""
-        return digest(
-            {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters_json_schema,
-                "strict": self.strict,
-            }
-        )[:16]
 
 
 @dataclass(kw_only=True)

@@ -23,7 +23,7 @@ from pydantic_ai.usage import RunUsage
 from ...calls.states import RunStatus
 from ...exceptions import UserError
 from ...store.conversations import ConversationData, ConversationSync, EntryData, RunNews
-from ..native._history import pending_tool_calls, since_last_response
+from ..history import pending_tool_calls, since_last_response
 from ._history import ANSWERED_MARK, PYDANTIC_AI_FORMAT, as_approvals_messages, dump_message, load_message
 from .agent import _reason
 

@@ -27,7 +27,7 @@ from pydantic_ai.tools import ToolDefinition as PydanticAIToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ExternalToolset, FunctionToolset
 
 from ...exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError, UserError
-from ..native._history import pending_tool_calls, resolved_ids, since_last_response
+from ..history import pending_tool_calls, resolved_ids, since_last_response
 from ..native._persistence import NO_PERSISTENCE, RunPersistence
 from ..native.agent import AgentRunResult
 from ..native.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied

@@ -12,7 +12,9 @@ from typing import Any
 
 import pydantic_ai
 
-from .. import EngineKind, HistoryCodec
+from ..base import HistoryCodec
+from ..history_engine import HistoryEngine
+from ..native.messages import ModelRequest, ModelResponse
 from . import _history
 from ._history import PYDANTIC_AI_FORMAT
 from .agent import PydanticAIAgent
@@ -34,18 +36,17 @@ class PydanticAICodec:
     def load_message(self, data: dict[str, Any] | str | bytes) -> Any:
         return _history.load_message(data)
 
-    def view(self, messages: Iterable[Any]) -> list[Any]:
+    def view(self, messages: Iterable[Any]) -> list[ModelRequest | ModelResponse]:
         return _history.as_approvals_messages(messages)
 
     def owns(self, message: object) -> bool:
         return _history.is_pydantic_ai_message(message)
 
 
-class PydanticAIEngine:
+class PydanticAIEngine(HistoryEngine):
     """pydantic-ai agents, wrapped in `PydanticAIAgent`: resumable by our worker from the stored history."""
 
     name = "pydantic_ai"
-    kind = EngineKind.RESUMABLE
     codec: HistoryCodec = PydanticAICodec()
 
     def adopt(self, candidate: object, *, name: str | None = None) -> PydanticAIAgent | None:

@@ -1,15 +1,18 @@
-"""What a run's history says about where it stands: which calls wait, which are settled, whose run it is.
+"""What a run's history says about where it stands: which calls wait, which are settled, what ran, whose run it is.
 
-A paused run keeps no state outside its messages, so whoever continues it (the agent, or a
-worker deciding what to hand it) reads these answers from the stored history.
+A paused run keeps no state outside its messages, so whoever continues it (the agent, or an
+engine telling the worker what to hand it) reads these answers from the stored history. They
+read the view model (`approvals.engines.native.messages`, what every history codec's `view`
+gives), so every engine that keeps a per-message history shares them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from .messages import (
+from ..calls.states import CallStatus
+from .native.messages import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,
@@ -20,6 +23,7 @@ from .messages import (
 )
 
 __all__ = (
+    "call_outcomes",
     "pending_tool_calls",
     "resolved_ids",
     "run_id_of",
@@ -85,3 +89,22 @@ def pending_tool_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPa
     assert isinstance(response, ModelResponse)
     resolved = resolved_ids(messages)
     return {c.tool_call_id: c for c in response.tool_calls if c.tool_call_id not in resolved}
+
+
+def call_outcomes(messages: Iterable[ModelMessage], executing: Collection[str]) -> dict[str, tuple[CallStatus, Any]]:
+    """The outcomes of the approved calls in `executing` that `messages` (in the view model) report, by tool call id.
+
+    A call succeeded with its tool's result, or failed with the retry message the model read;
+    a call of `executing` the messages do not settle is left out, and so is any other call. The
+    store writes these as given (`Store.append_step`, `pause`, `finish`): it never reads a history.
+    """
+    outcomes: dict[str, tuple[CallStatus, Any]] = {}
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    if part.source == "tool" and part.tool_call_id in executing:
+                        outcomes[part.tool_call_id] = (CallStatus.SUCCEEDED, part.content)
+                elif isinstance(part, RetryPromptPart) and part.tool_call_id and part.tool_call_id in executing:
+                    outcomes[part.tool_call_id] = (CallStatus.FAILED, part.content)
+    return outcomes

@@ -69,7 +69,7 @@ def test_the_openapi_document_is_where_the_readme_says(app: Any) -> None:
 
 
 def test_the_approve_and_remember_body_is_one_the_api_takes() -> None:
-    from approvals_web.schemas import ApproveAndRemember
+    from approvals_web.api.schemas import ApproveAndRemember
 
     block = re.search(
         r"<!-- approve-and-remember:start -->\s*```json\n(.*?)```\s*<!-- approve-and-remember:end -->",

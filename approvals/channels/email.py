@@ -1,6 +1,6 @@
 """E-mail: a mail to each reviewer a pending call is routed to, with single-use Approve and Deny links.
 
-The durable deliverer (`approvals.worker.deliverer`) follows the audit log for this channel
+The durable deliverer (`approvals.channels.deliverer`) follows the audit log for this channel
 (destination "email"): `call.requested` mails the reviewers the call is routed to
 (`Store.reviewers_in(call.approver_groups)`, those with an address), `call.reminded` mails
 them again, `call.escalated` mails the members of the groups escalated to who got no mail
@@ -13,7 +13,7 @@ between sending and recording: then at least once).
 Each mail carries the recipient's own links (`Store.create_email_links`: approve and deny,
 bound to the arguments' digest, expiring after `SmtpSettings.link_ttl` or with the call);
 opening one shows a confirmation page and the page's POST decides
-(`approvals_web.email_links`).
+(`approvals_web.email_links.routes`).
 
 What an SMTP answer does, and why:
 

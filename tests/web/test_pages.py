@@ -1,6 +1,6 @@
 """The reviewer's pages through the ASGI app, on SQLite and PostgreSQL: every page, form, role and error path.
 
-Also the pure helpers behind them (`approvals_web.forms`, `approvals_web.views`): schema -> form fields and
+Also the pure helpers behind them (`approvals_web.pages.forms`, `approvals_web.pages.views`): schema -> form fields and
 back, summaries.
 """
 
@@ -25,7 +25,8 @@ from approvals.engines.native.messages import ModelRequest, ModelResponse, TextP
 from approvals.engines.native.models import TestModel
 from approvals.store import Actor
 from approvals.store.models import ToolCallRow
-from approvals_web import forms, pages, views
+from approvals_web.pages import forms, views
+from approvals_web.pages import inbox as pages
 
 from ..store.conftest import execute
 from .conftest import WebApp
@@ -804,7 +805,7 @@ async def test_the_page_hub_fans_out_one_listener_to_many_streams(web: WebApp, t
                     seen.append(await stream.receive())
 
 
-# --- approvals_web.forms and approvals_web.views, the pure helpers -------------------------
+# --- approvals_web.pages.forms and .views, the pure helpers -------------------------
 
 
 def test_form_strings_become_json_values_typed_by_the_schema() -> None:

@@ -23,7 +23,7 @@ from approvals.calls.states import CallStatus
 from approvals.policy import Remember, RememberScope, load_rules, pinned_condition
 from approvals.store import SYSTEM
 from approvals.store.models import AuditEventRow, ToolCallRow
-from approvals_web import forms, views
+from approvals_web.pages import forms, views
 
 from .conftest import WebApp
 from .test_api import assert_problem

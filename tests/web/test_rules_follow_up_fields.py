@@ -7,7 +7,7 @@ import re
 import pytest
 
 from approvals.policy import parse_rule
-from approvals_web import rules
+from approvals_web.rules import pages as rules
 
 from .conftest import WebApp
 from .test_rules_pages import admin, fields

@@ -1,6 +1,6 @@
 """The rules pages through the ASGI app, on SQLite and PostgreSQL: the list, the form, its checks, history, roles.
 
-Also the pure helpers behind the form (`approvals_web.rules`): a rule as fields and back.
+Also the pure helpers behind the form (`approvals_web.rules.pages`): a rule as fields and back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from approvals.policy import Remember, RememberScope, parse_rule
 from approvals.store import Actor
-from approvals_web import rules
+from approvals_web.rules import pages as rules
 
 from .conftest import WebApp
 from .test_rules_api import RULES_FILE, YAML, ask

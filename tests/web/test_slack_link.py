@@ -12,7 +12,7 @@ from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from approvals.calls.states import CallStatus
 from approvals.channels.slack_blocks import ACTION_APPROVE
-from approvals_web.slack_people import LINK_SALT, LINK_TTL, link_token
+from approvals_web.slack.people import LINK_SALT, LINK_TTL, link_token
 
 from ..fixtures.fake_slack import FakeSlack
 from .conftest import CSRF_FIELD, WebApp

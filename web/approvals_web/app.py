@@ -27,11 +27,19 @@ from approvals.worker.follow_ups import FollowUpHealth, run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import api, docs, email_links, gate, health, login, metrics, pages, problems, rules, rules_api, slack, users
+from . import health, metrics
+from .api import docs, problems
+from .api import routes as api
 from .auth import LoginRequired
 from .context import AppContext
+from .email_links import routes as email_links
+from .gate import routes as gate
 from .hardening import SecurityMiddleware, reject_nul_in_url
+from .pages import inbox, login, users
+from .rules import api as rules_api
+from .rules import pages as rules_pages
 from .settings import Settings
+from .slack import routes as slack
 from .telemetry import configure_tracing
 from .templating import render
 
@@ -112,7 +120,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         title="approvals",
         summary="Human-in-the-loop approval of LLM agents' tool calls",
         lifespan=lifespan,
-        docs_url=None,  # approvals_web.docs serves it from vendored files
+        docs_url=None,  # approvals_web.api.docs serves it from vendored files
         redoc_url=None,
         openapi_url="/api/openapi.json",
         dependencies=[Depends(reject_nul_in_url)],
@@ -135,11 +143,11 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(gate.router)
     app.include_router(gate.hooks_router)
     app.include_router(rules_api.router)
-    app.include_router(rules.router)
+    app.include_router(rules_pages.router)
     app.include_router(users.router)
     app.include_router(slack.router)
     app.include_router(email_links.router)
-    app.include_router(pages.router)
+    app.include_router(inbox.router)
     _install_error_handlers(app)
     return app
 

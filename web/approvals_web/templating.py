@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from jinja2_fragments.fastapi import Jinja2Blocks
 
 from .auth import csrf_token
-from .views import as_text, tone, verdict_label
+from .pages.views import as_text, tone, verdict_label
 
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).parent / "templates"))
 TEMPLATES.env.autoescape = True  # every value is escaped unless a template says otherwise

@@ -34,8 +34,8 @@ from approvals.channels.slack_blocks import (
 from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
 from approvals.store import Actor
 
-from .context import AppContext
-from .slack_people import Reviewer, link_token, link_url, reviewer_for
+from ..context import AppContext
+from .people import Reviewer, link_token, link_url, reviewer_for
 
 __all__ = ("Later", "SlackAnswer", "on_block_actions", "on_view_submission")
 

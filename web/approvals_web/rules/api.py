@@ -13,7 +13,7 @@ write conditions when they remember an approval); `rules:write` (role admin) to 
 apply and dry-run. `DELETE` takes a reviewer too: the one who remembered the rule
 (`Store.delete_rule` decides). Errors are RFC 9457 problems, as in the rest of the API; an
 invalid rule is a 422 whose `errors` name each field, with the condition's `line` and
-`column` when it is not valid CEL. The page routes are `approvals_web.rules`.
+`column` when it is not valid CEL. The page routes are `approvals_web.rules.pages`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from approvals.policy import (
 from approvals.store import Actor, Store
 from approvals.store.policy_rules import MAX_DRY_RUN
 
-from .api import EVERY_ROUTE, authenticate_writes, errors
-from .auth import ContextDep, require, verify_csrf
-from .problems import PROBLEM_JSON, problem
-from .rules import DRY_RUN_DEFAULT, check_condition, current_rule, dry_run_rule, find_rule, now, split_problem
-from .schemas import Name, Problem, Strict, check_json, check_text
+from ..api.problems import PROBLEM_JSON, problem
+from ..api.routes import EVERY_ROUTE, authenticate_writes, errors
+from ..api.schemas import Name, Problem, Strict, check_json, check_text
+from ..auth import ContextDep, require, verify_csrf
+from .pages import DRY_RUN_DEFAULT, check_condition, current_rule, dry_run_rule, find_rule, now, split_problem
 
 __all__ = ("router",)
 

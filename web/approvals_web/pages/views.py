@@ -3,7 +3,7 @@
 Badges, verdicts in words, one-line summaries, and the standing rules a call names: the one
 that decided it ("approved by rule small-refunds, version 3") or routed it to groups. What a
 viewer may do with a call or a run is `approvals.calls.options`, the schema-driven edit form
-`approvals_web.forms` and the run's conversation `approvals_web.timeline`. Nothing here
+`approvals_web.pages.forms` and the run's conversation `approvals_web.pages.timeline`. Nothing here
 touches the database or the request.
 """
 

@@ -19,11 +19,11 @@ from approvals.exceptions import Conflict, UserError
 from approvals.store import Actor
 from approvals.store.models import UserRow
 
-from .api import EVERY_ROUTE, authenticate_writes, errors
-from .auth import AdminAPI, AdminPage, ContextDep, verify_csrf
-from .context import AppContext
-from .schemas import Name, UserContact, UserGroups, UserList, UserOut
-from .templating import render
+from ..api.routes import EVERY_ROUTE, authenticate_writes, errors
+from ..api.schemas import Name, UserContact, UserGroups, UserList, UserOut
+from ..auth import AdminAPI, AdminPage, ContextDep, verify_csrf
+from ..context import AppContext
+from ..templating import render
 
 __all__ = ("router",)
 

@@ -29,10 +29,10 @@ from approvals.engines.gate.asking import MAX_WAIT_SECONDS, ask, ask_by_hook, wa
 from approvals.engines.gate.hooks import FORMATS, Fallback, HookFormat
 from approvals.store import Actor
 
-from .api import EVERY_ROUTE, errors
-from .auth import ContextDep, app_context
-from .context import AppContext
-from .schemas import CallOut, Name
+from ..api.routes import EVERY_ROUTE, errors
+from ..api.schemas import CallOut, Name
+from ..auth import ContextDep, app_context
+from ..context import AppContext
 
 __all__ = ("hooks_router", "router")
 

@@ -41,9 +41,9 @@ from approvals.store.models import EmailLinkRow, ToolCallRow
 from approvals.store.queries import ReviewFacts
 from approvals.store.reviewer_identity import actor_for
 
-from .auth import ContextDep
-from .context import AppContext
-from .templating import render
+from ..auth import ContextDep
+from ..context import AppContext
+from ..templating import render
 
 router = APIRouter(include_in_schema=False)
 

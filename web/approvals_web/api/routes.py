@@ -1,7 +1,7 @@
 """The JSON API under /api: runs, calls, decisions, approve-and-remember, resumes and the audit log.
 
-Handlers parse, call the service or the store, and render a schema from `approvals_web.schemas`;
-every error is an RFC 9457 problem (see `approvals_web.problems`). The actor comes from
+Handlers parse, call the service or the store, and render a schema from `approvals_web.api.schemas`;
+every error is an RFC 9457 problem (see `approvals_web.api.problems`). The actor comes from
 authentication only (`approvals_web.auth`): state-changing requests without one are 401 before the
 CSRF check, which then applies to cookie sessions (bearer tokens are exempt).
 """
@@ -27,7 +27,7 @@ from approvals.store import Store
 from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
 
-from .auth import (
+from ..auth import (
     SAFE_METHODS,
     AuditReadAPI,
     CallsDecideAPI,

@@ -20,16 +20,16 @@ from fastapi import APIRouter, BackgroundTasks, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from slack_sdk.signature import SignatureVerifier
 
-from . import slack_link
-from .auth import ContextDep
-from .slack_decide import SlackAnswer, on_block_actions, on_view_submission
+from ..auth import ContextDep
+from . import link
+from .decide import SlackAnswer, on_block_actions, on_view_submission
 
 __all__ = ("router", "verify_slack_signature")
 
 logger = logging.getLogger("approvals.slack")
 
 router = APIRouter(include_in_schema=False)
-router.include_router(slack_link.router)
+router.include_router(link.router)
 
 
 def verify_slack_signature(signing_secret: str, body: bytes, headers: Mapping[str, str]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from .hardening import CONTENT_SECURITY_POLICY
+from ..hardening import CONTENT_SECURITY_POLICY
 
 router = APIRouter(include_in_schema=False)
 

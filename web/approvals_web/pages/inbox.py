@@ -37,10 +37,11 @@ from approvals.store import Actor
 from approvals.store.models import DecisionRow, RunRow, ToolCallRow
 from approvals.store.queries import ReviewFacts
 
-from . import forms, sse, views
-from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
-from .context import AppContext
-from .templating import render
+from .. import sse
+from ..auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
+from ..context import AppContext
+from ..templating import render
+from . import forms, views
 from .timeline import follow_up_words, timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API

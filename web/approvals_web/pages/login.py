@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from .auth import SESSION_CSRF, SESSION_ID, SESSION_USER, ContextDep, csrf_token, verify_csrf
-from .templating import render
+from ..auth import SESSION_CSRF, SESSION_ID, SESSION_USER, ContextDep, csrf_token, verify_csrf
+from ..templating import render
 
 router = APIRouter(include_in_schema=False)  # pages, not the API
 

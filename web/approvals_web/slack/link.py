@@ -18,10 +18,10 @@ from fastapi.responses import Response
 from approvals.channels.slack_api import SlackApi, SlackCallFailed
 from approvals.exceptions import Conflict, UserError
 
-from .auth import ContextDep, ViewerPage, verify_csrf
-from .context import AppContext
-from .slack_people import LinkRequest, read_link_token
-from .templating import render
+from ..auth import ContextDep, ViewerPage, verify_csrf
+from ..context import AppContext
+from ..templating import render
+from .people import LinkRequest, read_link_token
 
 __all__ = ("router",)
 

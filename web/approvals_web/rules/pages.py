@@ -13,7 +13,7 @@
 Reading is for anyone logged in: the audit log shows viewers every definition anyway.
 Writing and the dry run (it reads past calls in bulk, for the form) are for admins. A
 definition is checked by the core's one validator (`approvals.policy.parse_rule`), so the
-form, the API (`approvals_web.rules_api`) and rules files refuse the same things in the same words.
+form, the API (`approvals_web.rules.api`) and rules files refuse the same things in the same words.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from approvals.store import Actor, DryRun, Store
 from approvals.store.models import AuditEventRow
 from approvals.store.policy_rules import MAX_DRY_RUN
 
-from . import views
-from .auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
-from .pages import _is_htmx, _page, _see_other
-from .schemas import check_text
+from ..api.schemas import check_text
+from ..auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
+from ..pages import views
+from ..pages.inbox import _is_htmx, _page, _see_other
 
 __all__ = (
     "ConditionCheck",

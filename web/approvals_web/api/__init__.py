@@ -1,0 +1,1 @@
+"""The JSON API under `/api`: its routes, request and response schemas, problem documents and docs page."""

@@ -66,10 +66,11 @@ clis: ## Install the coding-agent CLIs the tests drive (npm ci; ~15 s and 860 MB
 	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
 	APPROVALS_CLIS_CACHE=$(CLIS_CACHE) bash tests/clis/install.sh
 
-lint: install ## Run ruff and mypy (strict on approvals/ and web/).
+lint: install ## Run ruff, mypy (strict on approvals/ and web/) and the import contracts (pyproject.toml).
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
+	$(RUN) lint-imports
 
 fmt: install ## Format and auto-fix with ruff.
 	$(RUN) ruff format .

@@ -14,8 +14,6 @@ from anyio.lowlevel import RunVar
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from .channels.webhook_signature import sign_webhook
-
 __all__ = (
     "HASHING_CONCURRENCY",
     "TOKEN_PREFIX",
@@ -24,7 +22,6 @@ __all__ = (
     "hash_token",
     "new_password",
     "new_token",
-    "sign_payload",
     "verify_password",
     "verify_password_async",
 )
@@ -93,8 +90,3 @@ def new_token() -> str:
 def hash_token(token: str) -> str:
     """Tokens carry 256 random bits, so a fast hash is enough and lookups stay O(1)."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def sign_payload(secret: str, body: bytes, timestamp: str) -> str:
-    """HMAC-SHA256 over `timestamp.body`, hex: receivers check it with `approvals.channels.webhook_signature`."""
-    return sign_webhook(secret, body, timestamp)

@@ -8,7 +8,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import JSON, Connection, create_engine, pool
 
-from approvals.store.db import normalize_url
+from approvals.store import normalize_url
 from approvals.store.models import Base, UTCDateTime, include_in_autogenerate
 
 config = context.config

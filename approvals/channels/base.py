@@ -1,4 +1,4 @@
-"""What an outbound channel is to the durable deliverer (`approvals.worker.deliverer`).
+"""What an outbound channel is to the durable deliverer (`approvals.channels.deliverer`).
 
 A channel turns audit events into messages for one destination: a webhook URL, later a
 Slack channel or a mailbox. The deliverer follows the audit log for it through a cursor,

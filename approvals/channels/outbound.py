@@ -2,7 +2,7 @@
 
 `approvals serve` and `approvals worker` both run `deliver_outbound`; each destination has
 its own cursor and lease, so however many processes run it, each message is sent by one
-of them (`approvals.worker.deliverer`).
+of them (`approvals.channels.deliverer`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ..worker.deliverer import Deliverer, DelivererHealth
 from .base import Channel
+from .deliverer import Deliverer, DelivererHealth
 from .settings import OutboundSettings
 from .webhooks import DEFAULT_REQUEST_TIMEOUT, open_webhook_channels, webhook_site
 

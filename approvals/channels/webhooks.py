@@ -1,6 +1,6 @@
 """Webhooks: a signed POST to each configured URL when calls need a person and when runs end.
 
-Delivery is the durable deliverer's (`approvals.worker.deliverer`): each URL has a cursor
+Delivery is the durable deliverer's (`approvals.channels.deliverer`): each URL has a cursor
 in the database keyed by the URL's SHA-256 (`endpoint_key`; URLs often carry a token,
 which has no place in the database), gets its events once each in the audit log's order
 (at least once: receivers drop rare repeats by `X-Approvals-Delivery`, the audit event's

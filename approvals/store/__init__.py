@@ -12,19 +12,20 @@ from ..calls.actors import SYSTEM, TOKEN_SCOPES, Actor
 from ..calls.states import Role
 from ._writes import DecidedCall
 from .accounts import AccountOps
+from .backends.database import Database, normalize_url
+from .backends.notify import Notifier
 from .calls import CallOps
 from .channel_messages import ChannelMessageOps
 from .conversations import ConversationOps
-from .db import Database, normalize_url
 from .email_links import EmailLinkOps
 from .follow_ups import FollowUpOps
 from .lifecycle import ClaimedRun, RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL, Notifier
 from .paused_runs import PausedRun, PausedRunOps
 from .policy_rules import DryRun, DryRunRow, RuleOps
 from .queries import Page
 from .reviewer_identity import IdentityOps
+from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = (
     "PENDING_CHANNEL",

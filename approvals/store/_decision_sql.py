@@ -9,6 +9,7 @@ SQLite), as every statement costs psycopg a send and a result to process.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -16,7 +17,7 @@ from functools import cache
 from typing import Any, cast
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import JSON, Table, bindparam, func, insert, select, update
+from sqlalchemy import JSON, Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import aliased
@@ -27,12 +28,15 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from sqlalchemy.sql.selectable import HasCTE
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
+from ..calls.actors import Actor
 from ..calls.states import CallStatus, RunStatus
+from ..calls.verdicts import Verdict
+from ..exceptions import NotFound
 from .audit import server_event
-from .db import json_text
-from .decision_rules import CallFacts, DecisionPlan
+from .backend import Transaction
+from .decision_rules import CallFacts, DecisionPlan, plan_decision
 from .hot_path_sql import function_name
-from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime
+from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime, json_text
 
 CALLS = cast(Table, ToolCallRow.__table__)
 RUNS = cast(Table, RunRow.__table__)
@@ -233,3 +237,24 @@ def audit_and_wake_params(plan: DecisionPlan) -> tuple[Executable, dict[str, Any
     for i, (channel, payload) in enumerate(wake_ups):
         params |= {f"w{i}_channel": channel, f"w{i}_payload": payload}
     return audit_and_wake(len(plan.events), len(wake_ups)), params
+
+
+def decide_statements(
+    tx: Transaction[Connection], call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime
+) -> tuple[CallFacts, DecisionPlan]:
+    """A decision through SQLAlchemy: lock the run, then the call, plan by the rules, write the plan.
+
+    SQLite's way (`SQLiteBackend.decide`); PostgreSQL sends the same statements in a pipeline.
+    """
+    run = tx.session.execute(LOCK_RUN, {"call_id": call_id}).mappings().one_or_none()
+    call = tx.session.execute(LOCK_CALL, {"call_id": call_id}).mappings().one_or_none()
+    if run is None or call is None:
+        raise NotFound(f"No call {call_id!r}")
+    standing = [(r[0], r[1]) for r in tx.session.execute(STANDING_APPROVERS, {"call_id": call_id})]
+    facts = call_facts(run, call, standing)
+    plan = plan_decision(facts, verdict, actor, now)
+    for statement, params in plan_statements(facts.call, plan):
+        tx.session.execute(statement, params)
+    tx.events.extend(plan.events)  # chained by the transaction, as every SQLite write's
+    tx.announcements.extend(plan.announcements)
+    return facts, plan

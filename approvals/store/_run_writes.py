@@ -47,7 +47,6 @@ from ..calls.rules import status_once_decided
 from ..calls.states import CallStatus, RunStatus
 from ..exceptions import Conflict
 from ..policy.outcomes import RULE_DECISION_COLUMNS
-from ._transaction import Transaction
 from ._writes import (
     RELEASED_DETAILS,
     ExecutedCall,
@@ -60,8 +59,9 @@ from ._writes import (
     tool_definition_row,
 )
 from .audit import AuditEvent
+from .backend import Transaction
 from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
-from .notify import READY_CHANNEL, RUNS_CHANNEL
+from .wakeups import READY_CHANNEL, RUNS_CHANNEL
 
 Tx = Transaction[Connection]
 _EXECUTED_COLUMNS = (ToolCallRow.id, ToolCallRow.tool_call_id, ToolCallRow.tool_name, ToolCallRow.current_digest)

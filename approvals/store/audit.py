@@ -24,8 +24,6 @@ __all__ = (
     "GENESIS_HASH",
     "AuditEvent",
     "AuditVerification",
-    "append_event",
-    "append_events",
     "call_event",
     "run_event",
     "event_content",
@@ -194,34 +192,16 @@ def chain(prev_hash: str, events: list[AuditEvent]) -> list[dict[str, Any]]:
 
 
 def write_chained(connection: Connection, events: list[AuditEvent]) -> None:
-    """Chain and insert events as the transaction's last statements.
+    """Chain and insert events in Python, as the transaction's last statements (SQLite's way).
 
-    The chain has one head, so appends are serialized. On PostgreSQL the server chains them
-    (`backends.postgres.chain_and_wake`: the chain's advisory lock, its head, the hash), the one
-    way the chain grows there; on SQLite, here, under the write lock (`BEGIN IMMEDIATE`).
+    The chain has one head, so appends are serialized: here by SQLite's write lock (`BEGIN
+    IMMEDIATE`). PostgreSQL grows the chain in the server instead (`backends.postgres.chain_and_wake`)
+    over the same content (`event_content`, `event_document`).
     """
     if not events:
         return
-    if connection.dialect.name == "postgresql":
-        from .backends.postgres import chain_and_wake  # it reaches the decision rules, which import this module
-
-        chained = chain_and_wake(events, ())
-        assert chained is not None, "there are events to chain"
-        connection.execute(*chained)
-        return
     prev = connection.scalar(AUDIT_HEAD) or GENESIS_HASH
     connection.execute(INSERT_AUDIT_EVENTS, chain(prev, events))
-
-
-async def append_events(session: AsyncSession, events: list[AuditEvent]) -> None:
-    """`write_chained` in an async session's transaction."""
-    if events:
-        await session.run_sync(lambda sync_session: write_chained(sync_session.connection(), events))
-
-
-async def append_event(session: AsyncSession, **fields: Any) -> None:
-    """Chain and insert one event now (for callers outside the store's transactions)."""
-    await append_events(session, [AuditEvent(**fields)])
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ from ._writes import tool_definition_row, utcnow
 from .audit import call_event, run_event
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
-from .notify import PENDING_CHANNEL, RUNS_CHANNEL
 from .policy_rules import PolicyEvaluation
 from .queries import Queries
+from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..calls import options as _options  # the module, not its names: it imports the store in turn
 from ..calls.actors import Actor
 from ..calls.canonical import digest
+from ..calls.options import NO_APPROVALS, CallRefusal, call_options, refusal_sentence, reviewer_refusal
 from ..calls.rules import status_once_decided
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus, RunStatus
 from ..calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
@@ -30,7 +30,7 @@ from ..exceptions import Conflict, Forbidden, UserError
 from ._run_writes import run_moved_on, run_moved_on_announcements
 from .audit import AuditEvent, call_event
 from .models import ToolCallRow
-from .notify import PENDING_CHANNEL
+from .wakeups import PENDING_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class DecisionPlan:
 
 def check_verdict(verdict: Verdict, actor: Actor) -> None:
     """What can be refused before reading anything: the actor's right to decide, and a denial's reason."""
-    refusal = _options.reviewer_refusal(actor, approving=isinstance(verdict, Approve | EditAndApprove))
+    refusal = reviewer_refusal(actor, approving=isinstance(verdict, Approve | EditAndApprove))
     if refusal is not None:
         raise _refused(refusal, actor)
     if isinstance(verdict, Deny) and not verdict.reason.strip():
@@ -112,20 +112,20 @@ def _check_decidable(
 
     Who may do what comes from `call_options`, the rules the pages show.
     """
-    options = _options.call_options(
+    options = call_options(
         actor,
         call.status,
         started_by=started_by,
         requested_by=call.requested_by,
         digest=approving,
-        standing=standing or _options.NO_APPROVALS,
+        standing=standing or NO_APPROVALS,
         approver_groups=call.approver_groups,
     )
     if isinstance(verdict, Approve | EditAndApprove):
         refusal, seen = options.approve_refusal, verdict.args_digest
     else:
         refusal, seen = options.decide_refusal, None
-    if refusal is _options.CallRefusal.NOT_OPEN:
+    if refusal is CallRefusal.NOT_OPEN:
         raise _refused(refusal, actor, call)
     if seen is not None and seen != call.current_digest:
         raise Conflict(
@@ -135,9 +135,9 @@ def _check_decidable(
         raise _refused(refusal, actor, call)
 
 
-def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | None = None) -> Conflict | Forbidden:
+def _refused(refusal: CallRefusal, actor: Actor, call: ToolCallRow | None = None) -> Conflict | Forbidden:
     """The store's error for a refusal of `call_options`, with the texts clients know."""
-    refusals = _options.CallRefusal
+    refusals = CallRefusal
     if refusal is refusals.NOT_REVIEWER:
         return Forbidden(f"{actor.id!r} ({actor.role}) may not decide calls")
     if refusal is refusals.NOT_A_PERSON:
@@ -148,7 +148,7 @@ def _refused(refusal: _options.CallRefusal, actor: Actor, call: ToolCallRow | No
     if refusal is refusals.OWN_RUN:
         return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
     if refusal in (refusals.OWN_CALL, refusals.NOT_IN_GROUPS):
-        return Forbidden(_options.refusal_sentence(refusal))  # the page's sentence: the same rule, the same words
+        return Forbidden(refusal_sentence(refusal))  # the page's sentence: the same rule, the same words
     assert call is not None  # the other refusals need the call, read by then
     if refusal is refusals.NOT_OPEN:
         who = f" by {call.decided_by}" if call.decided_by else ""

@@ -34,7 +34,7 @@ from ._run_writes import Tx
 from ._writes import utcnow
 from .audit import call_event
 from .models import AuditEventRow, CallFollowUpRow, PolicyRuleRow, ToolCallRow
-from .notify import PENDING_CHANNEL
+from .wakeups import PENDING_CHANNEL
 
 __all__ = ("FOLLOW_UP_ACTIONS", "FollowUpOps", "OpenCall")
 

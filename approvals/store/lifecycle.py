@@ -49,9 +49,9 @@ from ._writes import (
 from .audit import AuditEvent, call_event, run_event
 from .backends.postgres import Cursors, fetched, pg_rows, pipelined
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .paused_runs import paused_write
 from .policy_rules import PolicyEvaluation
+from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 ModelMessage = ModelRequest | ModelResponse
 CallOutcomes = Mapping[str, tuple[CallStatus, Any]]

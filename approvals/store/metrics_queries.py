@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, and_, case, func, literal, select
 
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus
-from .db import Database
+from .backends.database import Database
 from .models import AuditEventRow, DecisionRow, RunRow, ToolCallRow, WebhookCursorRow
 
 BUCKETS: tuple[float, ...] = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600)

@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 from ..exceptions import UserError
-from .db import normalize_url
+from .backends.database import normalize_url
 
 __all__ = ("alembic_config", "current_revision", "head_revision", "upgrade")
 

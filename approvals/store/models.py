@@ -8,6 +8,7 @@ constraint has a conventional name so alembic migrations stay stable.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -38,6 +39,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from ..calls.states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, Role, RunStatus
 
 E = TypeVar("E", bound=StrEnum)
+
+
+def json_text(value: Any) -> str:
+    """JSON as written (not \\u-escaped), for both drivers: a search for "Lindenstraße" finds it on SQLite too."""
+    return json.dumps(value, ensure_ascii=False)
+
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

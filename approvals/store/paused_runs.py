@@ -27,8 +27,8 @@ from ._run_writes import INSERT_MESSAGES, Tx, apply_write
 from ._writes import RunEvent, RunWrite, pending_call, utcnow
 from .audit import run_event
 from .models import RunRow
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 from .policy_rules import PolicyEvaluation
+from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")
 

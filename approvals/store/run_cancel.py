@@ -21,7 +21,7 @@ from ._run_writes import Tx
 from ._writes import utcnow
 from .audit import run_event
 from .models import RunRow, ToolCallRow
-from .notify import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
+from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("cancel_in", "cancel_run", "retry_run")
 

@@ -1,7 +1,11 @@
-"""Background work outside requests: for now the durable deliverer of outbound channels (`deliverer.py`)."""
+"""Background work outside requests: resuming runs and following up.
+
+The durable deliverer of outbound channels lives below, in `approvals.channels.deliverer`; it is
+re-exported here for the callers that knew it as `approvals.worker.Deliverer`.
+"""
 
 from __future__ import annotations
 
-from .deliverer import Deliverer, DelivererHealth, DestinationHealth
+from ..channels.deliverer import Deliverer, DelivererHealth, DestinationHealth
 
 __all__ = ("Deliverer", "DelivererHealth", "DestinationHealth")

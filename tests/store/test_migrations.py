@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool, select
 
-from approvals.store.db import normalize_url
+from approvals.store import normalize_url
 from approvals.store.hot_path_sql import FUNCTION_VERSIONS, function_name
 from approvals.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from approvals.store.models import MIGRATION_ONLY_INDEXES, Base, include_in_autogenerate

@@ -23,11 +23,10 @@ from approvals.calls.canonical import canonical_json, digest, legacy_canonical_j
 from approvals.calls.verdicts import Approve, EditAndApprove
 from approvals.engines.native.models import TestModel
 from approvals.service import ApprovalService
-from approvals.store import Actor, Database, Store
+from approvals.store import Actor, Database, Store, normalize_url
 from approvals.store.audit import GENESIS_HASH, event_content
-from approvals.store.db import json_text, normalize_url
 from approvals.store.migrate import downgrade, upgrade
-from approvals.store.models import AuditEventRow, JsonValue
+from approvals.store.models import AuditEventRow, JsonValue, json_text
 from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .conftest import BACKENDS, execute

@@ -27,12 +27,11 @@ from approvals import Conflict, NotFound
 from approvals.calls.states import CallStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store import Actor, Database, Store
-from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, for_psycopg, loaded_call
+from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, for_psycopg, loaded_call
 from approvals.store._run_writes import Tx
 from approvals.store.backends import postgres_decisions
 from approvals.store.backends.postgres import pooled_connection
 from approvals.store.backends.postgres_decisions import pg_decide
-from approvals.store.decisions import _decide
 from approvals.store.migrate import upgrade
 from approvals.store.models import ToolCallRow
 from approvals.worker.resumer import AgentRegistry, Resumer
@@ -82,7 +81,7 @@ async def paused_runs(store: Store, tmp_path: Path, count: int) -> list[dict[str
 
 def statements(call_id: str, verdict: Verdict, actor: Actor, tx: Tx) -> object:
     """The decision's statements one by one, through SQLAlchemy (as on SQLite), its events chained at commit."""
-    return _decide(tx, call_id, verdict, actor, NOW)
+    return decide_statements(tx, call_id, verdict, actor, NOW)
 
 
 def table_rows(name: str) -> dict[str, list[tuple[Any, ...]]]:

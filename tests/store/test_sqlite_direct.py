@@ -22,11 +22,11 @@ from approvals.calls.states import RunStatus
 from approvals.calls.verdicts import Approve, Deny
 from approvals.engines.native.messages import ModelResponse, TextPart
 from approvals.store import Actor, Database, Store, lifecycle
+from approvals.store._decision_sql import decide_statements
 from approvals.store._run_writes import Tx, apply_write
-from approvals.store._transaction import Transaction
 from approvals.store._writes import RunEvent, RunWrite
 from approvals.store.audit import write_chained
-from approvals.store.decisions import _decide
+from approvals.store.backend import Transaction
 from approvals.store.lifecycle import _Claim, _claim_oldest
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow
@@ -47,7 +47,7 @@ async def through_sqlalchemy(store: Store, body: Callable[[Tx], T]) -> T:
     """`body` in one transaction through SQLAlchemy's execution, as every other SQLite write runs."""
 
     def whole(connection: Connection) -> T:
-        tx = Transaction(connection)
+        tx = Transaction(connection, store.backend)
         result = body(tx)
         write_chained(connection, tx.events)
         return result
@@ -77,8 +77,10 @@ async def test_direct_statements_store_what_sqlalchemy_stores(tmp_path: Path, mo
     async def decide_claim_and_finish(path: Path, run: Callable[[Store, Callable[[Tx], Any]], Any]) -> None:
         db = Database(f"sqlite:///{path}")
         copy = Store(db)
-        await run(copy, lambda tx: _decide(tx, refund.id, Approve(), ALICE, NOW))
-        await run(copy, lambda tx: _decide(tx, calls["delete_customer"].id, Deny(reason="Keep them."), ALICE, NOW))
+        await run(copy, lambda tx: decide_statements(tx, refund.id, Approve(), ALICE, NOW))
+        await run(
+            copy, lambda tx: decide_statements(tx, calls["delete_customer"].id, Deny(reason="Keep them."), ALICE, NOW)
+        )
         ask = _Claim("w1", 60.0, run_id, None, {})
         claimed = await run(copy, lambda tx: _claim_oldest(tx, ask))
         assert claimed.executing == {refund.tool_call_id}

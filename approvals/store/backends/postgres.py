@@ -50,7 +50,7 @@ from ..decision_rules import DecisionPlan
 
 if TYPE_CHECKING:
     from ..audit import AuditEvent
-    from ..db import Database
+    from .database import Database
 
 __all__ = (
     "Cursors",

@@ -14,6 +14,7 @@ pipeline waits for its BEGIN and syncs twice more at its end, five round trips i
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
@@ -27,9 +28,11 @@ from .._decision_sql import (
     for_psycopg,
     plan_write,
 )
-from ..db import Database
 from ..decision_rules import Decided, plan_decision
 from .postgres import pooled_connection, roll_back
+
+if TYPE_CHECKING:
+    from .database import Database
 
 __all__ = ("pg_decide",)
 

@@ -8,7 +8,6 @@ psycopg 3. URLs are normalised so users can write `sqlite:///approvals.db` or
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -19,11 +18,15 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from ..exceptions import UserError
-from .backends.postgres_connections import AutocommitConnections
-from .backends.sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
+from ...exceptions import UserError
+from ..backend import Backend
+from ..models import json_text
+from .postgres_backend import PostgresBackend
+from .postgres_connections import AutocommitConnections
+from .sqlite import SQLiteBackend
+from .sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
 
-__all__ = ("Database", "json_text", "normalize_url")
+__all__ = ("Database", "backend_named", "json_text", "normalize_url")
 
 T = TypeVar("T")
 
@@ -47,6 +50,15 @@ def normalize_url(url: str | URL, *, sync: bool = False) -> URL:
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise UserError("SQLite needs a file path (sqlite:///approvals.db): several connections share the database")
     return parsed.set(drivername=_SYNC_DRIVERS[backend] if sync else _ASYNC_DRIVERS[backend])
+
+
+def backend_named(dialect: str) -> Backend:
+    """The backend of a database by its SQLAlchemy dialect name: the one place that asks."""
+    return _POSTGRES if dialect == "postgresql" else _SQLITE
+
+
+_POSTGRES = PostgresBackend()
+_SQLITE = SQLiteBackend()
 
 
 class Database:
@@ -77,6 +89,8 @@ class Database:
             statements_engine = create_engine(self.sync_url, **options)
             _configure_sqlite(statements_engine, write_lock=False)  # the writer begins its own
             self.sqlite_writer = SQLiteWriter(statements_engine)
+        self.backend = backend_named(self.dialect)
+        """What this database does its own way: the one place the store learns which database it is on."""
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(self.engine, expire_on_commit=False)
         """Sessions for writes: each transaction takes the write lock up front on SQLite."""
         self.read_sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
@@ -151,11 +165,6 @@ async def _transaction(sessions: async_sessionmaker[AsyncSession], *, shield: bo
         finally:
             with anyio.CancelScope(shield=True):
                 await session.close()
-
-
-def json_text(value: Any) -> str:
-    """JSON as written (not \\u-escaped), for both drivers."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _configure_sqlite(sync_engine: Engine, *, write_lock: bool) -> None:

@@ -43,12 +43,12 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .._outage import Outage
-from ..channels.base import Channel, DeliveryFailed, DeliveryRefused
 from ..exceptions import LeaseLost
 from ..store import PENDING_CHANNEL, RUNS_CHANNEL, Store
 from ..store.errors import describe, is_transient
 from ..store.models import AuditEventRow
 from ..store.outbox import WEBHOOKS_CHANNEL, CursorLease, WebhookCursors
+from .base import Channel, DeliveryFailed, DeliveryRefused
 
 __all__ = ("Deliverer", "DelivererHealth", "DestinationHealth", "DestinationState")
 

@@ -35,8 +35,6 @@ SLOW = (
     "tests/test_quickstart.py",  # clones the repository and installs it from scratch
     "tests/test_cli.py::test_worker_stops_cleanly_on_sigterm",
     "tests/store/test_resumer.py::test_paused_in_one_process_resumed_in_another",
-    "tests/store/test_resumer.py::test_worker_killed_mid_call_leaves_outcome_unknown_and_never_reruns",
-    "tests/store/test_pydantic_ai_runs.py::test_a_worker_killed_inside_an_approved_call_never_runs_it_again",
     "tests/engines/conformance/test_conformance.py::test_a_worker_killed_between_running_a_call_and_storing_its_result_never_runs_it_again",
     "tests/store/test_migrations.py::test_each_downgrade_restores_the_schema_before_its_upgrade[postgresql]",
     "tests/store/test_write_paths_agree.py",  # one test: random write sequences on SQLite and PostgreSQL

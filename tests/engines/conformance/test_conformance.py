@@ -107,6 +107,10 @@ async def test_an_answer_in_the_tools_place_reaches_the_model_and_the_tool_never
     assert await driver.told(run_id) == [Told("result", "refund", "Refunded by hand.")]
     assert driver.logged() == []
     assert (await driver.store.get_call(call.id)).status == CallStatus.ANSWERED
+    returns = [
+        (p.tool_name, p.source) for m in await driver.view(run_id) for p in m.parts if isinstance(p, ToolReturnPart)
+    ]
+    assert returns == [("refund", "reviewer")]  # the run page says a person answered, not the tool
 
 
 async def test_parallel_calls_are_decided_one_by_one_and_the_run_resumes_once_both_are(driver: Driver) -> None:
@@ -247,18 +251,18 @@ async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome
         ("refund", {"order_id": "A-1", "amount": 5}),
         ("refund", {"order_id": "B-2", "amount": 7}),
     ]
-    assert [(first.tool_call_id, first.id), (second.tool_call_id, second.id)] == [
-        (call_id, c.id) for _, _, call_id in asked[1:] for c in (first, second) if c.tool_call_id == call_id
-    ]  # each gated call is found in the history by its tool call id
+    assert [call_id for *_, call_id in asked[1:]] == [first.tool_call_id, second.tool_call_id]  # joined to the calls
+    decided = {d.call_id: (d.verdict, d.actor) for d in await driver.store.decisions_for_run(run_id)}
+    assert decided == {first.id: ("approve", "alice"), second.id: ("deny", "alice")}
     outcomes = {
-        p.tool_call_id: (type(p).__name__, p.reason if isinstance(p, ToolDeniedPart) else p.content)
+        p.tool_call_id: ("denied", p.reason) if isinstance(p, ToolDeniedPart) else (p.source, p.content)
         for p in parts
         if isinstance(p, ToolReturnPart | ToolDeniedPart)
     }
     assert outcomes == {
-        asked[0][2]: ("ToolReturnPart", "order A-1: 2 items"),
-        first.tool_call_id: ("ToolReturnPart", "refunded 5 on A-1"),
-        second.tool_call_id: ("ToolDeniedPart", "Not this one."),
+        asked[0][2]: ("tool", "order A-1: 2 items"),
+        first.tool_call_id: ("tool", "refunded 5 on A-1"),
+        second.tool_call_id: ("denied", "Not this one."),
     }
 
 

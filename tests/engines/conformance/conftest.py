@@ -1,4 +1,4 @@
-"""The conformance suite's matrix: every registered engine (`harnesses.HARNESSES`) on every database.
+"""The conformance suite's matrix: every registered engine (`registry.HARNESSES`) on every database.
 
 The databases are the store tests' own fixtures (`db_url`, `store`: SQLite and PostgreSQL),
 imported whole so that how they are made stays defined in one place.
@@ -14,7 +14,8 @@ from approvals.store import Store
 
 from ...store.conftest import *  # noqa: F403  (db_url, store and the session databases behind them)
 from .driver import Driver
-from .harnesses import HARNESSES, Harness
+from .harnesses import Harness
+from .registry import HARNESSES
 
 
 @pytest.fixture(params=list(HARNESSES))

@@ -20,9 +20,8 @@ from approvals.store.models import RunRow, ToolCallRow
 from approvals.worker.resumer import AgentRegistry, Resumer
 
 from .harnesses import Harness
-from .script import Told, Turn, logged, told_from_output
+from .script import AGENT, Told, Turn, logged, told_from_output
 
-AGENT = "conformance-shop"
 STARTER = Actor("svc", "reviewer", person=False)
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,7 +78,8 @@ class Driver:
     def worker_process(self, *, lease_seconds: float) -> subprocess.CompletedProcess[str]:
         """A worker in a process of its own, with the same engine and script, until it stops or dies."""
         command = [sys.executable, "-m", "tests.engines.conformance.worker_process"]
-        arguments = [self.db_url, self.harness.engine, json.dumps(self.turns), str(lease_seconds)]
+        harness = f"{type(self.harness).__module__}:{type(self.harness).__qualname__}"
+        arguments = [self.db_url, harness, json.dumps(self.turns), str(lease_seconds)]
         return subprocess.run(
             [*command, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
         )

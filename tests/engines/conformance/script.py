@@ -18,6 +18,8 @@ from typing import Any, Literal
 Turn = list[tuple[str, dict[str, Any]]]
 """One model turn: the tool calls it makes, as (tool name, arguments)."""
 
+AGENT = "conformance-shop"
+"""What the scripted agent is registered as, in the suite and in its worker processes."""
 TOOLS_INSTRUCTIONS = "You help customers of the shop."
 
 

@@ -1,6 +1,6 @@
 """The conformance suite: what every resumable engine does, through the real worker, on SQLite and PostgreSQL.
 
-Each test runs for every engine in `harnesses.HARNESSES` on every database: a scripted model
+Each test runs for every engine in `registry.HARNESSES` on every database: a scripted model
 makes neutral calls of the same two tools (`lookup_order`, safe; `refund(order_id, amount > 0)`,
 which needs a person), people decide through the store and the service, the worker continues
 the run, and the model's final answer says what it was told.
@@ -41,7 +41,8 @@ async def test_a_call_that_needs_a_person_pauses_with_validated_arguments_and_ba
 ) -> None:
     bad = ("refund", {"order_id": "A-1", "amount": 0})
     run_id = await driver.start([*LOOKUP, bad], [("refund", {"order_id": "A-1", "amount": "5"})])
-    assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL
+    run = await driver.run(run_id)
+    assert (run.status, run.engine) == (RunStatus.AWAITING_APPROVAL, driver.harness.engine)
     assert driver.logged() == ["lookup A-1"]  # the safe tool ran; the refund waits
     (call,) = await driver.calls(run_id)  # the invalid call never reached anyone
     assert (call.tool_name, call.args, call.status) == ("refund", {"order_id": "A-1", "amount": 5}, "pending")

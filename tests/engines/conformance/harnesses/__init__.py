@@ -1,4 +1,9 @@
-"""Every resumable engine the conformance suite runs: one harness each, registered here by one line."""
+"""One harness a resumable engine: it builds that engine's agent for a scripted scenario.
+
+A harness module imports its own engine and nothing of the others', so a worker process
+started for one engine loads only that one (`worker_process`). The engines the suite runs
+are listed in `registry.HARNESSES`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..script import Turn
-from .native import NativeHarness
-from .pydantic_ai import PydanticAIHarness
 
-__all__ = ("HARNESSES", "Harness")
+__all__ = ("Harness",)
 
 
 class Harness(Protocol):
@@ -24,13 +27,7 @@ class Harness(Protocol):
         """An agent of this engine named `name` whose model makes `turns`, then reports what it was told.
 
         Its tools: `lookup_order(order_id: str)`, safe, and `refund(order_id: str, amount: int > 0)`,
-        which needs a person; both take `dict` deps (`script.refund_body`).
+        which needs a person; both take `dict` deps and do what `script.lookup_order_body` and
+        `script.refund_body` do. The model: `script.Told` says what to report, `script.told_text` how.
         """
         ...
-
-
-HARNESSES: dict[str, Harness] = {
-    "native": NativeHarness(),
-    "pydantic_ai": PydanticAIHarness(),
-}
-"""The engines the suite runs; a new engine adds its harness here."""

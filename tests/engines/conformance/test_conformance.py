@@ -81,6 +81,7 @@ async def test_an_edit_is_validated_by_the_tools_own_rules_and_the_edited_argume
     assert [location for location, _ in refused.value.errors] == ["amount"]
     kept = await driver.store.get_call(call.id)
     assert (kept.status, kept.current_args) == (CallStatus.PENDING, {"order_id": "A-1", "amount": 5})  # nothing lost
+    assert await driver.store.decisions_for(call.id) == []  # and nothing recorded
 
     await driver.service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount": "3"}), actor=ALICE)
     await driver.resume()

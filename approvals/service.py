@@ -18,12 +18,12 @@ from typing_extensions import TypeVarTuple
 
 from . import tracing
 from .calls import CallRequest, validate_request, validate_with_schema
+from .calls.bounded_jsonschema import TooCostly, quick_pass
 from .calls.canonical import digest
 from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
+from .calls.tools import ArgsValidator
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
-from .engines.native._bounded_jsonschema import TooCostly, quick_pass
-from .engines.native.tools import Tool
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
 from .store import RUNS_CHANNEL, Actor, Store
@@ -61,7 +61,7 @@ class ApprovalService:
         engine = registered.engine.name if registered.engine is not None else "native"
         return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps, engine=engine)
 
-    def registered_tool(self, agent_name: str, tool_name: str) -> Tool[Any] | None:
+    def registered_tool(self, agent_name: str, tool_name: str) -> ArgsValidator | None:
         """The tool an agent registered in this process has under that name, if any."""
         if agent_name not in self.registry:
             return None
@@ -164,7 +164,7 @@ class ApprovalService:
 async def _off_the_loop_if_slow(check: Callable[[*Ts], T], *args: *Ts) -> T:
     """`check(*args)` here if it takes at most a few milliseconds, else again in a worker thread.
 
-    A caller's schema may take up to a second to check (`_bounded_jsonschema`), which must never be
+    A caller's schema may take up to a second to check (`calls.bounded_jsonschema`), which must never be
     the event loop's; a thread hop costs ~200 µs, more than most checks take, so each is tried first
     where it is, within `QUICK_SECONDS`.
     """

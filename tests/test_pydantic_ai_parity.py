@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from approvals import Tool
-from approvals.engines.native._schema import ArgsInvalid
+from approvals.calls.arguments import ArgsInvalid
 
 from .tool_shapes import FIXTURE, SHAPES
 

@@ -21,7 +21,7 @@ __all__ = ("ANY_OBJECT", "CallRequest", "ValidatedRequest", "validate_request", 
 
 def __getattr__(name: str) -> Any:
     """The requests' names, loaded when first used: `calls.actors` and `calls.states` are read by layers
-    (the CLI's help, the rules) that must not load the engines `calls.requests` validates with."""
+    (the CLI's help, the rules) that need not load the JSON Schema validators `calls.requests` uses."""
     if name in __all__:
         return getattr(importlib.import_module(".requests", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..engines.native._schema import ArgsInvalid, JsonSchemaArgs, check_json_schema
-from ..engines.native.tools import Tool, ToolDefinition
 from ..exceptions import InvalidArguments, ToolRetryError, UserError
+from .arguments import ArgsInvalid, JsonSchemaArgs, check_json_schema
 from .canonical import canonical_json, digest, non_finite_path
+from .tools import ArgsValidator, ToolDefinition
 
 __all__ = (
     "ANY_OBJECT",
@@ -156,7 +156,7 @@ def validate_with_schema(tool_name: str, json_schema: Mapping[str, Any], args: A
     return validated
 
 
-def validate_request(request: CallRequest, tool: Tool[Any] | None = None) -> ValidatedRequest:
+def validate_request(request: CallRequest, tool: ArgsValidator | None = None) -> ValidatedRequest:
     """Check a request and its arguments: against its JSON Schema, else `tool` (a registered one), else any object.
 
     `UserError` for an unusable request, `InvalidArguments` (with field errors) for bad arguments.

@@ -1,5 +1,5 @@
 """No JSON Schema and no arguments make validation run for long: patterns by RE2, `uniqueItems` in
-linear time, a time budget for the rest (approvals/engines/native/_bounded_jsonschema.py).
+linear time, a time budget for the rest (approvals/calls/bounded_jsonschema.py).
 
 Before these, `^(a+)+$` against 40 characters backtracked for years, 1,000 objects under
 `uniqueItems` took 5.7 s, and `anyOf` over a recursive `$ref` was exponential in the depth of the
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from approvals.calls import CallRequest, validate_request
-from approvals.engines.native._bounded_jsonschema import MATCHING_MODULES, TooCostly, quick_pass, search
-from approvals.engines.native._schema import ArgsInvalid, JsonSchemaArgs, check_json_schema
+from approvals.calls.arguments import ArgsInvalid, JsonSchemaArgs, check_json_schema
+from approvals.calls.bounded_jsonschema import MATCHING_MODULES, TooCostly, quick_pass, search
 from approvals.exceptions import InvalidArguments, UserError
 
 WATCHDOG = 60.0

@@ -25,21 +25,14 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import SchemaValidator, to_jsonable_python
 from typing_extensions import TypeVar
 
+from ...calls.arguments import ArgError, ArgsInvalid, ArgsSchema, JsonSchemaArgs, check_json_schema
 from ...calls.canonical import digest, non_finite_path
 from ...calls.tools import ToolDefinition
 from ...exceptions import ToolDefinitionError, ToolRetryError
 from . import _json_schema
 from ._docstrings import DocstringFormat
 from ._run_context import AgentDepsT, RunContext
-from ._schema import (
-    ArgError,
-    ArgsInvalid,
-    ArgsSchema,
-    JsonSchemaArgs,
-    _pydantic_errors,
-    check_json_schema,
-    function_schema,
-)
+from ._schema import _pydantic_errors, function_schema
 
 __all__ = (
     "INHERIT",

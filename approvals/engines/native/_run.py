@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 from ... import tracing
 from ...exceptions import InvalidDeferredResults, ToolRetriesExceeded, ToolRetryError, UserError
 from ..history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
+from ..resume_rules import check_decisions, deferred_call
 from ._model_output import storable_response
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._persistence import NO_PERSISTENCE, RunPersistence
@@ -44,7 +45,6 @@ from .messages import (
 )
 from .models import Model, ModelRequestParameters, ModelSettings
 from .models.settings import forced_tool_choice
-from .resume_rules import check_decisions, deferred_call
 from .usage import RunTotals, UsageLimits
 
 __all__ = ("AgentRun",)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, TypeAlias
+from typing import Any, Generic, TypeAlias
 
 import anyio
 
@@ -25,33 +25,9 @@ from ...exceptions import (
     ToolRetryError,
     UserError,
 )
+from ..resume_rules import ToolCallLike, ValidatedCall, bind
 from ._run_context import AgentDepsT, RunContext
 from .tools import INHERIT, Tool, ToolDefinition, ToolReturn, ToolsPrepareFunc
-
-
-class ToolCallLike(Protocol):
-    """What the manager needs from a model's tool call."""
-
-    @property
-    def tool_name(self) -> str: ...
-    @property
-    def args(self) -> str | dict[str, Any] | None: ...
-    @property
-    def tool_call_id(self) -> str: ...
-
-
-@dataclass(kw_only=True)
-class ValidatedCall:
-    """A tool call whose arguments passed validation."""
-
-    call: ToolCallLike
-    tool: Tool[Any]
-    args: Any
-    """The validated arguments: the args model instance (a dict for `from_schema` tools)."""
-    dumped_args: dict[str, Any]
-    """The validated arguments as JSON-compatible data, as stored and shown to a reviewer."""
-    digest: str
-    """Digest of `dumped_args`, binding a decision to exactly these arguments."""
 
 
 @dataclass(kw_only=True)
@@ -158,8 +134,6 @@ class ToolManager(Generic[AgentDepsT]):
 
     def bind(self, call: ToolCallLike, tool: Tool[Any], args: Any) -> ValidatedCall:
         """Pair a call with already validated arguments and their digest."""
-        from .resume_rules import bind  # one rule for the digest; resume_rules builds on this module
-
         return bind(call, tool, args)
 
     async def handle_calls(

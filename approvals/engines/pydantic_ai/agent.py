@@ -6,7 +6,7 @@ ours. The run itself stays pydantic-ai's: it pauses on pydantic-ai's own `Deferr
 tools), its history is stored in pydantic-ai's JSON, and it continues with pydantic-ai's
 `DeferredToolResults`. What we add is what a stored run needs: each pending call validated and
 digested as a row, decisions checked by the same rules as for our agents
-(`approvals.engines.native.resume_rules`), approved calls committed as executing before pydantic-ai runs them,
+(`approvals.engines.resume_rules`), approved calls committed as executing before pydantic-ai runs them,
 and each step stored before the next model request.
 """
 
@@ -26,15 +26,16 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition as PydanticAIToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ExternalToolset, FunctionToolset
 
+from ...calls.tools import DeferredToolRequests, ToolDefinition
 from ...exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError, UserError
 from ..history import pending_tool_calls, resolved_ids, since_last_response
-from ..native._persistence import NO_PERSISTENCE, RunPersistence
 from ..native.agent import AgentRunResult
-from ..native.deferred import DeferredToolRequests, DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
+from ..native.deferred import DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from ..native.messages import ToolCallPart, Usage
-from ..native.resume_rules import bind, check_decisions, deferred_call
-from ..native.tools import Tool, ToolDefinition
+from ..native.tools import Tool
 from ..native.usage import RunTotals
+from ..resume_rules import bind, check_decisions, deferred_call
+from ..seam import NO_HOOKS, RunHooks
 from ._history import ANSWERED_MARK, as_approvals_messages
 
 __all__ = ("POLICY_KEY", "PydanticAIAgent", "PydanticAIRunError")
@@ -100,7 +101,7 @@ class PydanticAIAgent:
         deferred_tool_results: DeferredToolResults | None = None,
         model: PydanticAIModel | str | None = None,
         run_id: str | None = None,
-        persistence: RunPersistence | None = None,
+        persistence: RunHooks | None = None,
         history_totals: RunTotals | None = None,
     ) -> AgentRunResult[Any]:
         """Start the run with `prompt`, or continue it with its history and our decisions; pause or finish.
@@ -112,7 +113,7 @@ class PydanticAIAgent:
         """
         history = list(message_history or [])
         run_id = run_id or uuid.uuid4().hex
-        keeper = persistence or NO_PERSISTENCE
+        keeper = persistence or NO_HOOKS
         results, approved = self.pydantic_ai_results(history, deferred_tool_results)
         if approved:
             await keeper.before_approved_calls(approved)
@@ -219,7 +220,7 @@ class _StepRecorder(WrapperModel):
     It also keeps the tool definitions each request showed the model, which pending calls store.
     """
 
-    def __init__(self, wrapped: PydanticAIModel, keeper: RunPersistence, *, delivered: int) -> None:
+    def __init__(self, wrapped: PydanticAIModel, keeper: RunHooks, *, delivered: int) -> None:
         super().__init__(wrapped)
         self.keeper = keeper
         self.delivered = delivered

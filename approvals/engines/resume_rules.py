@@ -8,17 +8,43 @@ agents (`approvals.engines.pydantic_ai`) both check decisions here, so the rules
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ...exceptions import InvalidDeferredResults, ToolRetryError
-from ._tool_manager import ToolCallLike, ValidatedCall
-from .deferred import DeferredToolCall, ToolAnswered, ToolApproved, ToolDenied
-from .messages import ToolCallPart
-from .tools import Tool, ToolDefinition, args_digest
+from ..calls.tools import DeferredToolCall, ToolDefinition
+from ..exceptions import InvalidDeferredResults, ToolRetryError
+from .native.deferred import ToolAnswered, ToolApproved, ToolDenied
+from .native.messages import ToolCallPart
+from .native.tools import Tool, args_digest
 
-__all__ = ("bind", "check_decisions", "deferred_call")
+__all__ = ("ToolCallLike", "ValidatedCall", "bind", "check_decisions", "deferred_call")
 
 Decisions = Mapping[str, ToolApproved | ToolDenied | ToolAnswered]
+
+
+class ToolCallLike(Protocol):
+    """What the manager needs from a model's tool call."""
+
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def args(self) -> str | dict[str, Any] | None: ...
+    @property
+    def tool_call_id(self) -> str: ...
+
+
+@dataclass(kw_only=True)
+class ValidatedCall:
+    """A tool call whose arguments passed validation."""
+
+    call: ToolCallLike
+    tool: Tool[Any]
+    args: Any
+    """The validated arguments: the args model instance (a dict for `from_schema` tools)."""
+    dumped_args: dict[str, Any]
+    """The validated arguments as JSON-compatible data, as stored and shown to a reviewer."""
+    digest: str
+    """Digest of `dumped_args`, binding a decision to exactly these arguments."""
 
 
 def bind(call: ToolCallLike, tool: Tool[Any], args: Any) -> ValidatedCall:

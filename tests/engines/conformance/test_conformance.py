@@ -34,6 +34,8 @@ ADMIN = Actor("ada", "admin")
 LOOKUP: Turn = [("lookup_order", {"order_id": "A-1"})]
 REFUND: Turn = [("refund", {"order_id": "A-1", "amount": 5})]
 REFUNDED = Told("result", "refund", "refunded 5 on A-1")
+LEASE = 3.0
+"""A worker process's lease: long enough that a loaded machine does not take the run from it before it dies."""
 
 
 async def test_a_call_that_needs_a_person_pauses_with_validated_arguments_and_bad_ones_go_back_to_the_model(
@@ -218,12 +220,12 @@ async def test_a_worker_killed_between_running_a_call_and_storing_its_result_nev
     (call,) = await driver.calls(run_id)
     await driver.store.decide(call.id, Approve(), actor=ALICE)
 
-    killed = driver.worker_process(lease_seconds=0.5)
-    assert killed.returncode == -9, killed.stderr  # SIGKILL, right after the refund happened
+    killed = driver.worker_process(lease_seconds=LEASE)
+    assert killed.returncode == -9, (killed.stdout, killed.stderr)  # SIGKILL, right after the refund happened
     assert driver.logged() == ["refund A-1 5"]
     assert (await driver.store.get_call(call.id)).status == CallStatus.EXECUTING
 
-    await anyio.sleep(0.6)  # the dead worker's lease runs out
+    await anyio.sleep(LEASE + 0.1)  # the dead worker's lease runs out
     assert await driver.worker("rescuer").resume() is None  # nothing safe to run
     assert (await driver.store.get_call(call.id)).status == CallStatus.OUTCOME_UNKNOWN  # for a person to settle
     assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL

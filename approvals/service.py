@@ -4,13 +4,21 @@ It joins the store (durable state) with the agent registry (the tools' validator
 reviewer's edited arguments are checked by the same validator that checked the model's,
 a run can only be started for an agent this process knows, and a resume can be run on
 the spot and waited for.
+
+Every change a person makes goes through here (decide, approve and remember, cancel or
+retry a run, write rules, change users, log in), so the web pages, the JSON API, Slack
+and the e-mail links share one path for each. What comes back is named here too (`Call`,
+`Run`, `Decision`, `AuditEvent`, `User`, `EmailLink`): callers read those and never import
+the store's tables.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -24,18 +32,80 @@ from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.tools import ArgsValidator
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
+from .engines.native.messages import ModelRequest, ModelResponse, as_approvals_messages
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
-from .store import RUNS_CHANNEL, Actor, Store
+from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
+from .store import RUNS_CHANNEL, Actor, DryRun, LoginAttempt, Store
+from .store.email_links import LinkProblem
 from .store.errors import is_transient
-from .store.models import RunRow, ToolCallRow
+from .store.models import AuditEventRow, DecisionRow, EmailLinkRow, RunRow, ToolCallRow, UserRow
 from .worker.resumer import AgentRegistry, Resumer
 
-__all__ = ("ApprovalService",)
+__all__ = (
+    "ApprovalService",
+    "AuditEvent",
+    "Call",
+    "Decision",
+    "EmailLink",
+    "FlaggedRule",
+    "LinkUsed",
+    "Login",
+    "Run",
+    "RunStory",
+    "User",
+)
+
+Call: TypeAlias = ToolCallRow
+"""A tool call that asked a person, as read: its arguments, status, decisions' outcome."""
+Run: TypeAlias = RunRow
+"""A run (or a gate session), as read."""
+Decision: TypeAlias = DecisionRow
+"""One person's (or rule's) verdict on a call."""
+AuditEvent: TypeAlias = AuditEventRow
+"""One entry of the audit log's hash chain."""
+User: TypeAlias = UserRow
+"""An inbox user: role, groups, contact."""
+EmailLink: TypeAlias = EmailLinkRow
+"""A single-use link in a notification e-mail."""
 
 logger = logging.getLogger("approvals.service")
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStory:
+    """What a run's page and a call's page tell about the run, read together."""
+
+    run: Run
+    calls: list[Call]
+    """Its calls that asked a person, oldest first."""
+    history: list[ModelRequest | ModelResponse]
+    """The conversation as stored, in our message types whichever engine ran it."""
+    decisions: list[Decision]
+    remembered: frozenset[tuple[str, int]]
+    """(name, version) of the remembered rules among those that decided its calls."""
+    follow_ups: list[AuditEvent]
+    """Reminders, escalations and fallbacks made for its calls."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlaggedRule:
+    """A rule in force with its flags (why it can never match, which rule shadows it)."""
+
+    rule: StoredRule
+    flags: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Login:
+    """What a login came to: a session for the user, or why not."""
+
+    user: User | None
+    session_id: str | None = None
+    retry_after: int | None = None
+    """Seconds until logging in may be tried again, when it is locked."""
 
 
 class ApprovalService:
@@ -155,10 +225,172 @@ class ApprovalService:
             else:
                 logger.exception("run %s: resume failed", run_id)
 
+    # -- decisions beyond one verdict ---------------------------------------------------------
+
+    async def approve_and_remember(
+        self, call_id: str, remember: Remember, *, actor: Actor, args_digest: str | None = None
+    ) -> tuple[Call, StoredRule]:
+        """Approve a call and allow calls like it for a while (a narrow remembered rule)."""
+        with with_call(call_id):
+            call, rule = await self.store.approve_and_remember(call_id, remember, actor=actor, args_digest=args_digest)
+            logger.info("call %s approved by %s, remembered as rule %s", call_id, actor.id, rule.name)
+            return call, rule
+
+    async def settle_call(self, call_id: str, outcome: Any, result: Any = None, *, actor: Actor) -> Call:
+        """Record what came of an approved call an agent ran elsewhere (only its asker or an admin may)."""
+        return await self.store.settle_call(call_id, outcome, result, actor=actor)
+
+    async def decide_by_email_link(self, token: str, verdict: Verdict, *, actor: Actor, call_id: str) -> Call:
+        """Use a single-use e-mail link: claim it (one of any number of clicks wins), then decide as its recipient.
+
+        `LinkUsed` when the link was claimed already or ran out; the caller checked the link and
+        its recipient's rights before (`email_link`), so nothing is claimed for a decision it refuses.
+        """
+        claimed = await self.store.claim_email_link(token)
+        if not isinstance(claimed, EmailLinkRow):
+            raise LinkUsed(claimed)
+        return await self.decide(call_id, verdict, actor=actor)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> Run:
+        """Stop a run (admins): its calls that never ran are cancelled; the run as it is now."""
+        await self.store.cancel_run(run_id, actor=actor, reason=reason)
+        logger.info("run %s cancelled by %s", run_id, actor.id)
+        return await self.store.get_run(run_id)
+
+    async def retry_run(self, run_id: str, *, actor: Actor) -> Run:
+        """Queue a failed run again from its stored history (admins); the run as it is now."""
+        await self.store.retry_run(run_id, actor=actor)
+        logger.info("run %s queued again by %s", run_id, actor.id)
+        return await self.store.get_run(run_id)
+
+    async def run_story(self, run_id: str) -> RunStory:
+        """A run with its calls, decisions, conversation and follow-ups, for its pages."""
+        calls = await self.store.run_calls(run_id)
+        return RunStory(
+            run=await self.store.get_run(run_id),
+            calls=calls,
+            history=await self.history(run_id),
+            decisions=await self.store.decisions_for_run(run_id),
+            remembered=await self.remembered_among(calls),
+            follow_ups=await self.store.follow_up_events(run_id),
+        )
+
+    async def remembered_among(self, calls: Sequence[Call]) -> frozenset[tuple[str, int]]:
+        """(name, version) of the remembered rules among those that decided or routed these calls."""
+        return await self.store.remembered_rule_versions(_rule_names(calls))
+
+    async def history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
+        """A run's stored conversation in our message types, whichever engine ran it."""
+        return as_approvals_messages(await self.store.load_history(run_id))
+
+    # -- rules --------------------------------------------------------------------------------
+
+    async def find_rule(self, name: str) -> StoredRule | None:
+        """A rule's latest version (a removed rule's too), or None when there never was one."""
+        try:
+            return await self.store.get_rule(name)
+        except NotFound:
+            return None
+
+    async def current_rule(self, name: str) -> StoredRule:
+        """A rule in force (enabled or not); a removed one is `NotFound`."""
+        rule = await self.store.get_rule(name)
+        if rule.deleted:
+            raise NotFound(f"No rule {name!r}: it was removed (its history remains)")
+        return rule
+
+    async def flagged_rules(self, *, now: dt.datetime | None = None) -> list[FlaggedRule]:
+        """Every rule in force with its flags, judged against the groups that have members."""
+        rules = await self.store.list_rules()
+        members = await self.store.group_names()
+        flags = rule_flags(rules, now=now or dt.datetime.now(dt.UTC), groups_with_members=members)
+        return [FlaggedRule(rule=rule, flags=flags.get(rule.name, [])) for rule in rules]
+
+    async def rule_flags(self, name: str, *, now: dt.datetime | None = None) -> list[str]:
+        """One rule's flags among the rules in force."""
+        return next((found.flags for found in await self.flagged_rules(now=now) if found.rule.name == name), [])
+
+    @staticmethod
+    def may_remove_rule(rule: StoredRule, actor: Actor) -> bool:
+        """Whether `delete_rule` lets `actor` remove `rule`: admins any, a reviewer a rule they remembered."""
+        mine = rule.kind is Kind.REMEMBERED and rule.author == actor.id and actor.can("reviewer")
+        return mine or actor.can("admin")
+
+    async def save_rule(self, spec: RuleSpec, *, actor: Actor, expected_version: int | None = None) -> StoredRule:
+        """Write a rule's new version (admins); a `Conflict` if someone saved over `expected_version`."""
+        rule = await self.store.save_rule(spec, actor=actor, expected_version=expected_version)
+        logger.info("rule %s saved by %s (version %s)", rule.name, actor.id, rule.version)
+        return rule
+
+    async def set_rule_enabled(self, name: str, enabled: bool, *, actor: Actor) -> StoredRule:
+        """Enable or disable a rule (admins): a new version unless it already is as asked."""
+        return await self.store.set_rule_enabled(name, enabled, actor=actor)
+
+    async def delete_rule(self, name: str, *, actor: Actor) -> StoredRule:
+        """Remove a rule: admins any, a reviewer one they remembered; the version that removed it."""
+        rule = await self.store.delete_rule(name, actor=actor)
+        logger.info("rule %s removed by %s", name, actor.id)
+        return rule
+
+    async def apply_rules(
+        self, specs: Sequence[RuleSpec], *, actor: Actor, prune: bool = False, dry_run: bool = False
+    ) -> RulesDiff:
+        """Make the standing rules those of a rules file (admins); idempotent."""
+        return await self.store.apply_rules(specs, actor=actor, prune=prune, dry_run=dry_run)
+
+    async def dry_run_rule(self, spec: RuleSpec, limit: int) -> DryRun:
+        """What `spec` would have decided over the last calls, tried as the kind of rule it would replace.
+
+        A disabled rule is tried as if enabled, or it would match nothing.
+        """
+        existing = await self.find_rule(spec.name)
+        kind = existing.kind if existing is not None and not existing.deleted else Kind.STANDING
+        tried = spec if spec.enabled else spec.model_copy(update={"enabled": True})
+        return await self.store.dry_run_rule(tried, limit=limit, kind=kind)
+
+    # -- people -------------------------------------------------------------------------------
+
+    async def log_in(self, username: str, password: str, *, address: str, max_age: int, previous: str | None) -> Login:
+        """Check a password (throttled by account and address) and open a session; `previous` is closed."""
+        attempt: LoginAttempt = await self.store.attempt_login(username, password, address=address)
+        if attempt.user is None or attempt.retry_after is not None:
+            return Login(user=None, retry_after=attempt.retry_after)
+        if previous:
+            await self.store.close_session(previous)
+        session_id = await self.store.open_session(attempt.user.username, max_age=max_age)
+        return Login(user=attempt.user, session_id=session_id)
+
+    async def log_out(self, session_id: str) -> None:
+        """Close a session: every copy of its cookie is logged out."""
+        await self.store.close_session(session_id)
+
+    async def set_user_groups(self, username: str, groups: Sequence[str], *, actor: Actor) -> User:
+        """Set a user's groups exactly (admins): who may approve routed calls."""
+        return await self.store.set_user_groups(username, groups, actor=actor)
+
+    async def set_user_contact(self, username: str, *, actor: Actor, **changes: str | None) -> User:
+        """Set a user's e-mail and Slack member id (`email`, `slack_user_id`; None removes one)."""
+        return await self.store.set_user_contact(username, actor=actor, **changes)
+
     @staticmethod
     def args_digest(args: dict[str, Any]) -> str:
         """The digest a reviewer's client sends back to bind an approval to what it showed."""
         return digest(args)
+
+
+class LinkUsed(Conflict):
+    """An e-mail link that was claimed already, or ran out, between its check and its use."""
+
+    def __init__(self, problem: LinkProblem) -> None:
+        super().__init__(f"The link cannot be used: {problem.name.lower()}")
+        self.problem = problem
+
+
+def _rule_names(calls: Sequence[Call]) -> set[str]:
+    """The rules these calls name (that decided or routed them)."""
+    return {call.rule_name for call in calls if call.rule_name}
 
 
 async def _off_the_loop_if_slow(check: Callable[[*Ts], T], *args: *Ts) -> T:

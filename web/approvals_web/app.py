@@ -30,6 +30,7 @@ from approvals.worker.supervise import Supervisor
 from . import health, metrics
 from .api import docs, problems
 from .api import routes as api
+from .api import users as users_api
 from .auth import LoginRequired
 from .context import AppContext
 from .email_links import routes as email_links
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(rules_api.router)
     app.include_router(rules_pages.router)
     app.include_router(users.router)
+    app.include_router(users_api.router)
     app.include_router(slack.router)
     app.include_router(email_links.router)
     app.include_router(inbox.router)

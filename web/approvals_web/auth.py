@@ -16,8 +16,9 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
+from approvals.calls.actors import Actor
+from approvals.calls.states import Role
 from approvals.exceptions import NotFound
-from approvals.store import Actor, Role
 
 from .context import AppContext
 

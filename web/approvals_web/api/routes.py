@@ -21,10 +21,9 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 from approvals.audit_csv import CSV_COLUMNS, csv_row
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
-from approvals.engines.native.messages import as_approvals_messages
 from approvals.policy import Remember
+from approvals.service import AuditEvent
 from approvals.store import Store
-from approvals.store.models import AuditEventRow
 from approvals.store.queries import decode_cursor
 
 from ..auth import (
@@ -226,7 +225,7 @@ async def get_run(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> Run
 @router.get("/runs/{run_id}/messages", summary="A run's stored message history", responses=errors(401, 404, 422))
 async def run_messages(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunMessages:
     await context.store.get_run(run_id)  # 404 for an unknown run rather than an empty history
-    return RunMessages(run_id=run_id, messages=as_approvals_messages(await context.store.load_history(run_id)))
+    return RunMessages(run_id=run_id, messages=await context.service.history(run_id))
 
 
 @router.get("/runs/{run_id}/calls", summary="The calls of a run that needed a person", responses=errors(401, 404, 422))
@@ -248,8 +247,9 @@ async def run_calls(run_id: RunId, actor: CallsReadAPI, context: ContextDep) -> 
 async def cancel_run(
     run_id: RunId, actor: RunsAdminAPI, context: ContextDep, body: Annotated[Cancel | None, Body()] = None
 ) -> RunOut:
-    await context.store.cancel_run(run_id, actor=actor, reason=body.reason if body else None)
-    return RunOut.model_validate(await context.store.get_run(run_id))
+    return RunOut.model_validate(
+        await context.service.cancel_run(run_id, actor=actor, reason=body.reason if body else None)
+    )
 
 
 @router.post(
@@ -260,8 +260,7 @@ async def cancel_run(
     responses=errors(401, 403, 404, 409, 422),
 )
 async def retry_run(run_id: RunId, actor: RunsAdminAPI, context: ContextDep) -> RunOut:
-    await context.store.retry_run(run_id, actor=actor)
-    return RunOut.model_validate(await context.store.get_run(run_id))
+    return RunOut.model_validate(await context.service.retry_run(run_id, actor=actor))
 
 
 @router.post(
@@ -356,7 +355,9 @@ async def approve_and_remember(
     call_id: CallId, body: Annotated[ApproveAndRemember, Body()], actor: CallsDecideAPI, context: ContextDep
 ) -> Remembered:
     remember = Remember(body.scope, dt.timedelta(seconds=body.duration), pinned=body.pinned, condition=body.condition)
-    call, rule = await context.store.approve_and_remember(call_id, remember, actor=actor, args_digest=body.args_digest)
+    call, rule = await context.service.approve_and_remember(
+        call_id, remember, actor=actor, args_digest=body.args_digest
+    )
     return Remembered(
         call=CallOut.model_validate(call),
         rule=RememberedRuleOut(
@@ -451,7 +452,7 @@ async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "j
         after = page.next_cursor
 
 
-def _jsonl(rows: list[AuditEventRow]) -> str:
+def _jsonl(rows: list[AuditEvent]) -> str:
     return "".join(AuditEventOut.model_validate(row).model_dump_json() + "\n" for row in rows)
 
 

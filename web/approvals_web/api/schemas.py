@@ -33,7 +33,8 @@ from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import UserError
 from approvals.policy import MAX_REMEMBER, RememberScope, parse_duration
 from approvals.policy.rules import GROUP_NAME
-from approvals.store.models import DecisionRow, ToolCallRow
+from approvals.service import Call
+from approvals.service import Decision as DecisionRead
 from approvals.store.reviewer_identity import check_email, check_slack_user_id
 
 
@@ -392,7 +393,7 @@ class CallDetail(CallOut):
     decisions: list[DecisionOut]
 
     @classmethod
-    def build(cls, row: ToolCallRow, definition: ToolDefinition, decisions: list[DecisionRow]) -> CallDetail:
+    def build(cls, row: Call, definition: ToolDefinition, decisions: list[DecisionRead]) -> CallDetail:
         return cls(
             **dict(CallOut.model_validate(row)),
             tool_definition=ToolDefinitionOut.model_validate(definition),

@@ -31,13 +31,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 
+from approvals.calls.actors import Actor
 from approvals.calls.options import CallOptions, CallRefusal
 from approvals.calls.verdicts import Approve, Deny, Verdict
 from approvals.channels.call_summary import call_url, decided_sentence, quorum_sentence
 from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
-from approvals.store import Actor
+from approvals.service import Call, EmailLink, LinkUsed
 from approvals.store.email_links import LinkProblem, link_problem
-from approvals.store.models import EmailLinkRow, ToolCallRow
 from approvals.store.queries import ReviewFacts
 from approvals.store.reviewer_identity import actor_for
 
@@ -72,7 +72,7 @@ _LINK_PROBLEMS = {
 class Refusal(Exception):
     """The link decides nothing now: a page saying why, with its status."""
 
-    def __init__(self, status: int, title: str, detail: str, call: ToolCallRow | None = None) -> None:
+    def __init__(self, status: int, title: str, detail: str, call: Call | None = None) -> None:
         super().__init__(detail)
         self.status, self.title, self.detail, self.call = status, title, detail, call
 
@@ -84,7 +84,7 @@ def _page(request: Request, template: str, context: dict[str, Any], status: int 
 
 
 def _outcome(
-    request: Request, context: AppContext, status: int, title: str, detail: str, call: ToolCallRow | None
+    request: Request, context: AppContext, status: int, title: str, detail: str, call: Call | None
 ) -> Response:
     """A page saying what came of the link: done, or why not (with the call, when there is one)."""
     inbox = call_url(context.settings.public_url or "/", call.id) if call is not None else "/"
@@ -93,7 +93,7 @@ def _outcome(
     return _page(request, "email_outcome.html", values, status=status)
 
 
-async def _checked(context: AppContext, token: str) -> tuple[EmailLinkRow, Actor, ToolCallRow, CallOptions]:
+async def _checked(context: AppContext, token: str) -> tuple[EmailLink, Actor, Call, CallOptions]:
     """The link, its recipient as an actor, its call and what they may do: or the `Refusal` to show instead."""
     link = await context.store.email_link(token)
     if link is None:
@@ -131,7 +131,7 @@ async def _checked(context: AppContext, token: str) -> tuple[EmailLinkRow, Actor
     return link, actor, call, may
 
 
-def _changed(call: ToolCallRow) -> Refusal:
+def _changed(call: Call) -> Refusal:
     return Refusal(
         409,
         "The arguments changed",
@@ -143,8 +143,8 @@ def _changed(call: ToolCallRow) -> Refusal:
 
 def _confirm(
     request: Request,
-    link: EmailLinkRow,
-    call: ToolCallRow,
+    link: EmailLink,
+    call: Call,
     options: CallOptions,
     *,
     reason: str = "",
@@ -187,20 +187,19 @@ async def email_link_decide(
         if link.action == "deny" and not reason.strip():
             error = "Write why you deny this call: the agent reads it."
             return _confirm(request, link, call, options, reason=reason, error=error, context=context)
-        claimed = await context.store.claim_email_link(token)
-        if isinstance(claimed, LinkProblem):
-            raise Refusal(*_LINK_PROBLEMS[claimed], call)
         verdict: Verdict = Approve(args_digest=link.args_digest) if link.action == "approve" else Deny(reason.strip())
-        decided = await _decide(context, call, verdict, actor)
+        decided = await _decide(context, token, call, verdict, actor)
     except Refusal as refusal:
         return _outcome(request, context, refusal.status, refusal.title, refusal.detail, refusal.call)
     return _outcome(request, context, 200, *await _done(context, decided, verdict), decided)
 
 
-async def _decide(context: AppContext, call: ToolCallRow, verdict: Verdict, actor: Actor) -> ToolCallRow:
-    """`decide`, with what refused it as a `Refusal` (a lost race says who won)."""
+async def _decide(context: AppContext, token: str, call: Call, verdict: Verdict, actor: Actor) -> Call:
+    """Use the link to decide, with what refused it as a `Refusal` (a lost race says who won)."""
     try:
-        return await context.service.decide(call.id, verdict, actor=actor)
+        return await context.service.decide_by_email_link(token, verdict, actor=actor, call_id=call.id)
+    except LinkUsed as exc:
+        raise Refusal(*_LINK_PROBLEMS[exc.problem], call) from None
     except Conflict as exc:
         now = await context.store.get_call(call.id)
         if not now.is_open:
@@ -216,7 +215,7 @@ async def _decide(context: AppContext, call: ToolCallRow, verdict: Verdict, acto
         raise Refusal(422, "Not applied", f"{exc}.", call) from None
 
 
-async def _done(context: AppContext, call: ToolCallRow, verdict: Verdict) -> tuple[str, str]:
+async def _done(context: AppContext, call: Call, verdict: Verdict) -> tuple[str, str]:
     """The result page's title and sentence."""
     if isinstance(verdict, Deny):
         return "Denied", f"You denied {call.tool_name}. The agent is told why: {verdict.reason}"

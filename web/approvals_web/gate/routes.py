@@ -22,12 +22,12 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Res
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StrictBool
 
+from approvals.calls.actors import Actor
 from approvals.calls.requests import MAX_APPROVAL_TTL, CallRequest
 from approvals.calls.states import CallStatus
 from approvals.engines.gate.answers import GateAnswer
 from approvals.engines.gate.asking import MAX_WAIT_SECONDS, ask, ask_by_hook, wait_for
 from approvals.engines.gate.hooks import FORMATS, Fallback, HookFormat
-from approvals.store import Actor
 
 from ..api.routes import EVERY_ROUTE, errors
 from ..api.schemas import CallOut, Name
@@ -221,7 +221,7 @@ def _bounded(context: AppContext, wait: float) -> float:
 async def settle_call(
     call_id: Name, body: Annotated[Outcome, Body()], actor: AskingActor, context: ContextDep
 ) -> CallOut:
-    return CallOut.model_validate(await context.store.settle_call(call_id, body.outcome, body.result, actor=actor))
+    return CallOut.model_validate(await context.service.settle_call(call_id, body.outcome, body.result, actor=actor))
 
 
 @hooks_router.post(

@@ -25,16 +25,15 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
+from approvals.calls.actors import Actor
 from approvals.calls.options import CallOptions, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.engines.base import EngineKind, get_engine
-from approvals.engines.native.messages import as_approvals_messages
 from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.policy import Kind, StoredRule
-from approvals.store import Actor
-from approvals.store.models import DecisionRow, RunRow, ToolCallRow
+from approvals.service import Call, Decision, Run
 from approvals.store.queries import ReviewFacts
 
 from .. import sse
@@ -90,7 +89,7 @@ def _paging(path: str, shown: dict[str, str], after: str | None, next_cursor: st
 class InboxRow:
     """A call as one line of the inbox."""
 
-    call: ToolCallRow
+    call: Call
     summary: str
     full_args: str
     digest: str
@@ -106,7 +105,7 @@ class InboxRow:
 _NO_FACTS = ReviewFacts(started_by=None, standing={})
 
 
-def _options(actor: Actor, call: ToolCallRow, facts: ReviewFacts | None) -> CallOptions:
+def _options(actor: Actor, call: Call, facts: ReviewFacts | None) -> CallOptions:
     """What `actor` may do with `call`: the rules' answer, from the call and what the page read about it."""
     return (facts or _NO_FACTS).options(actor, call)
 
@@ -128,14 +127,14 @@ async def _definition(context: AppContext, version: str) -> ToolDefinition:
 async def _row(
     context: AppContext,
     actor: Actor,
-    call: ToolCallRow,
+    call: Call,
     facts: ReviewFacts | None,
     remembered: frozenset[tuple[str, int]] | None = None,
 ) -> InboxRow:
     args = call.current_args
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
     if remembered is None:
-        remembered = await context.store.remembered_rule_versions(views.rule_names([call]))
+        remembered = await context.service.remembered_among([call])
     return InboxRow(
         call=call,
         summary=views.summarize(args, schema=schema),
@@ -182,7 +181,7 @@ async def inbox(
     )
     counts = mine_count if for_me else every_count
     facts = await context.store.review_facts([call.id for call in page.items])
-    remembered = await context.store.remembered_rule_versions(views.rule_names(page.items))
+    remembered = await context.service.remembered_among(page.items)
     shown = _set_filters(filters)
     for_all = {k: v for k, v in shown.items() if k != "for_me"}
     return _page(
@@ -224,12 +223,12 @@ class RememberedRule:
 class Card:
     """One call as a stateful widget: what it asks for, who decided what, and what the viewer may do."""
 
-    call: ToolCallRow
+    call: Call
     description: str
     fields: list[forms.ArgField]
     raw_json: str
     digest: str
-    decisions: list[DecisionRow]
+    decisions: list[Decision]
     options: CallOptions
     """What the viewer may do with the call, and why not (`approvals.calls.options`)."""
     can_edit: bool
@@ -265,7 +264,7 @@ class Card:
 async def _card(
     context: AppContext,
     actor: Actor,
-    call: ToolCallRow,
+    call: Call,
     *,
     errors: list[tuple[str, str]] | None = None,
     submitted: dict[str, str] | None = None,
@@ -287,7 +286,7 @@ async def _card(
     except NotFound:  # an agent that runs elsewhere: its calls' edits are checked by the schema stored with them
         tool_known = get_engine(run.engine).kind is EngineKind.GATE
     may_remember = options.may_approve and call.approvals_required == 1
-    remembered = await context.store.remembered_rule_versions(views.rule_names([call]))
+    remembered = await context.service.remembered_among([call])
     return Card(
         call=call,
         description=definition.description,
@@ -314,7 +313,7 @@ async def _card(
     )
 
 
-async def _remembered_rules(context: AppContext, actor: Actor, call: ToolCallRow, run: RunRow) -> list[RememberedRule]:
+async def _remembered_rules(context: AppContext, actor: Actor, call: Call, run: Run) -> list[RememberedRule]:
     """The remembered rules in force whose names take calls like `call` (their conditions aside)."""
     now = dt.datetime.now(dt.UTC)
     found = []
@@ -323,24 +322,21 @@ async def _remembered_rules(context: AppContext, actor: Actor, call: ToolCallRow
             engine=run.engine, agent=call.agent_name, tool=call.tool_name, session=run.session_id or run.id
         )
         if rule.in_force(now) and takes:
-            mine = rule.author == actor.id and actor.can("reviewer")
-            found.append(RememberedRule(rule, may_revoke=mine or actor.can("admin")))
+            found.append(RememberedRule(rule, may_revoke=context.service.may_remove_rule(rule, actor)))
     return found
 
 
 async def _call_page(
-    request: Request, context: AppContext, actor: Actor, call: ToolCallRow, focus: Card | None = None, status: int = 200
+    request: Request, context: AppContext, actor: Actor, call: Call, focus: Card | None = None, status: int = 200
 ) -> Response:
     """The call page: this step's calls as cards (this one first), and the run's conversation."""
-    run = await context.store.get_run(call.run_id)
-    calls = await context.store.run_calls(call.run_id)
+    story = await context.service.run_story(call.run_id)
+    run, calls, remembered, follow_ups = story.run, story.calls, story.remembered, story.follow_ups
     step = [c for c in calls if c.created_at == call.created_at and c.id != call.id]
     cards = [focus or await _card(context, actor, call)] + [await _card(context, actor, c) for c in step]
-    history = as_approvals_messages(await context.store.load_history(call.run_id))
-    decisions = await context.store.decisions_for_run(call.run_id)
-    remembered = await context.store.remembered_rule_versions(views.rule_names(calls))
-    follow_ups = await context.store.follow_up_events(call.run_id)
-    entries = timeline(history, calls, decisions, current=[call.id], remembered=remembered, follow_ups=follow_ups)
+    entries = timeline(
+        story.history, calls, story.decisions, current=[call.id], remembered=remembered, follow_ups=follow_ups
+    )
     session = [] if run.session_id is None else [c for c in reversed(calls) if c.id != call.id]
     if run.session_id is not None:  # no conversation on the page: the cards tell their own follow-ups
         for card in cards:
@@ -451,7 +447,7 @@ async def approve_and_remember(
     )
     try:
         remember = form.remember()
-        _, rule = await context.store.approve_and_remember(call_id, remember, actor=actor, args_digest=args_digest)
+        _, rule = await context.service.approve_and_remember(call_id, remember, actor=actor, args_digest=args_digest)
     except Conflict as exc:
         return await _widget(
             request, context, actor, call_id, "card", status=409, message=_conflict_message(exc, actor)
@@ -474,7 +470,7 @@ async def revoke_remembered(
 ) -> Response:
     """Remove a remembered rule shown on a call's card: its author's or an admin's to remove (`Store.delete_rule`)."""
     try:
-        await context.store.delete_rule(name, actor=actor)
+        await context.service.delete_rule(name, actor=actor)
     except Forbidden as exc:
         return await _widget(request, context, actor, call_id, "card", status=403, message=str(exc))
     except NotFound:
@@ -582,22 +578,15 @@ async def _run_page(
     message: str | None = None,
     status: int = 200,
 ) -> Response:
-    run = await context.store.get_run(run_id)
-    calls = await context.store.run_calls(run_id)
-    history = as_approvals_messages(await context.store.load_history(run_id))
-    decisions = await context.store.decisions_for_run(run_id)
-    remembered = await context.store.remembered_rule_versions(views.rule_names(calls))
+    story = await context.service.run_story(run_id)
+    run, calls = story.run, story.calls
     return _page(
         request,
         "run.html",
         {
             "run": run,
             "entries": timeline(
-                history,
-                calls,
-                decisions,
-                remembered=remembered,
-                follow_ups=await context.store.follow_up_events(run_id),
+                story.history, calls, story.decisions, remembered=story.remembered, follow_ups=story.follow_ups
             ),
             "waiting": [c for c in calls if c.is_open],
             "output": views.as_text(run.output) if run.output is not None else None,
@@ -625,7 +614,7 @@ async def cancel_run(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     try:
-        await context.store.cancel_run(run_id, actor=actor, reason=reason.strip() or None)
+        await context.service.cancel_run(run_id, actor=actor, reason=reason.strip() or None)
     except Conflict as exc:
         return await _run_page(request, context, actor, run_id, message=str(exc), status=409)
     if not _is_htmx(request):

@@ -49,25 +49,26 @@ async def login(
     next: Annotated[str | None, Form()] = None,
 ) -> Response:
     address = request.client.host if request.client else "unknown"
-    attempt = await context.store.attempt_login(username, password, address=address)
-    user = attempt.user
-    if attempt.retry_after is not None:
-        wait = _wait_text(attempt.retry_after)
+    previous = request.session.get(SESSION_ID)
+    login = await context.service.log_in(
+        username,
+        password,
+        address=address,
+        max_age=context.settings.session_max_age,
+        previous=str(previous) if previous else None,
+    )
+    if login.retry_after is not None:
+        wait = _wait_text(login.retry_after)
         error = f"Too many failed logins: logging in is locked for now. Try again in {wait}."
         response = render(request, "login.html", {"next": _safe_next(next), "error": error}, status=429)
-        response.headers["Retry-After"] = str(attempt.retry_after)
+        response.headers["Retry-After"] = str(login.retry_after)
         return response
-    if user is None:
+    if login.session_id is None:
         return render(
             request, "login.html", {"next": _safe_next(next), "error": "Wrong username or password."}, status=401
         )
-    previous = request.session.get(SESSION_ID)
-    if previous:
-        await context.store.close_session(str(previous))
     request.session.clear()  # a fresh session (and CSRF token) for the new login
-    request.session[SESSION_ID] = await context.store.open_session(
-        user.username, max_age=context.settings.session_max_age
-    )
+    request.session[SESSION_ID] = login.session_id
     csrf_token(request)
     return RedirectResponse(_safe_next(next), status_code=303)
 
@@ -76,7 +77,7 @@ async def login(
 async def logout(request: Request, context: ContextDep) -> Response:
     session_id = request.session.pop(SESSION_ID, None)
     if session_id:
-        await context.store.close_session(str(session_id))  # a copy of the cookie is logged out too
+        await context.service.log_out(str(session_id))  # a copy of the cookie is logged out too
     request.session.pop(SESSION_USER, None)
     request.session.pop(SESSION_CSRF, None)
     return RedirectResponse("/login", status_code=303)

@@ -27,7 +27,7 @@ from approvals.engines.native.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from approvals.store.models import AuditEventRow, DecisionRow, ToolCallRow
+from approvals.service import AuditEvent, Call, Decision
 
 from .views import RuleMention, as_text, decided_by_rule
 
@@ -42,9 +42,9 @@ class TimelineEntry:
     content: str
     tool_name: str | None = None
     tool_call_id: str | None = None
-    call: ToolCallRow | None = None
+    call: Call | None = None
     """The approval-gated call this tool call became, when it needed a person."""
-    decisions: list[DecisionRow] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     current: bool = False
     """This is the call the page is about."""
     note: str | None = None
@@ -59,12 +59,12 @@ class TimelineEntry:
 
 def timeline(
     history: Sequence[ModelRequest | ModelResponse],
-    calls: Sequence[ToolCallRow] = (),
-    decisions: Sequence[DecisionRow] = (),
+    calls: Sequence[Call] = (),
+    decisions: Sequence[Decision] = (),
     *,
     current: Sequence[str] = (),
     remembered: Collection[tuple[str, int]] = (),
-    follow_ups: Sequence[AuditEventRow] = (),
+    follow_ups: Sequence[AuditEvent] = (),
 ) -> list[TimelineEntry]:
     """The history as entries; tool calls are joined to their gated calls and decisions.
 
@@ -73,7 +73,7 @@ def timeline(
     `follow_ups`: the run's `call.reminded`, `call.escalated` and `call.fallback` events, told with their calls.
     """
     by_tool_call = {call.tool_call_id: call for call in calls}
-    by_call: dict[str, list[DecisionRow]] = {}
+    by_call: dict[str, list[Decision]] = {}
     for decision in decisions:
         by_call.setdefault(decision.call_id, []).append(decision)
     entries: list[TimelineEntry] = []
@@ -132,7 +132,7 @@ def timeline(
     return entries
 
 
-def follow_up_words(event: AuditEventRow) -> str | None:
+def follow_up_words(event: AuditEvent) -> str | None:
     """A `call.reminded`, `call.escalated` or `call.fallback` event as a sentence; None for any other event."""
     details = event.details if isinstance(event.details, dict) else {}
     groups = [str(group) for group in details.get("groups") or ()]

@@ -1,10 +1,8 @@
-"""Users, their groups and how to reach them, for admins: the users page and `/api/users`.
+"""The users page, for admins: each user's groups and how to reach them (the API is `approvals_web.api.users`).
 
 A user's groups say which routed calls they may approve (`approvals.calls.options`): a rule
 that asks `finance` lets only finance's members approve. Group names follow the rules' own
 pattern, checked by the store, so the page, the API and the CLI refuse the same names.
-Managing users through the API takes an admin's token without scope limits: groups widen
-what a person may approve, so a token limited to reading runs must not change them.
 """
 
 from __future__ import annotations
@@ -12,40 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Form, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from approvals.exceptions import Conflict, UserError
-from approvals.store import Actor
-from approvals.store.models import UserRow
+from approvals.service import User
 
-from ..api.routes import EVERY_ROUTE, authenticate_writes, errors
-from ..api.schemas import Name, UserContact, UserGroups, UserList, UserOut
-from ..auth import AdminAPI, AdminPage, ContextDep, verify_csrf
+from ..auth import AdminPage, ContextDep, verify_csrf
 from ..context import AppContext
 from ..templating import render
 
 __all__ = ("router",)
 
-
-async def user_admin(actor: AdminAPI) -> Actor:
-    """An admin whose token (if any) carries no scope limits."""
-    if actor.scopes is not None:
-        raise HTTPException(403, f"Managing users takes an admin token without scope limits; {actor.id}'s has limits")
-    return actor
-
-
-UserAdminAPI = Annotated[Actor, Depends(user_admin)]
-Username = Annotated[Name, Path(description="The user's name.")]
-
-pages = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)
-api = APIRouter(
-    prefix="/api",
-    tags=["users"],
-    dependencies=[Depends(authenticate_writes), Depends(verify_csrf)],
-    responses=errors(*EVERY_ROUTE),
-)
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -55,7 +32,7 @@ router = APIRouter()
 class UserLine:
     """One user as a row of the page, with their groups' form."""
 
-    user: UserRow
+    user: User
     groups_text: str
     """What the groups input holds: the stored groups, or what the admin typed."""
     error: str | None = None
@@ -67,7 +44,7 @@ class UserLine:
     contact_message: str | None = None
 
 
-def _line(user: UserRow, message: str | None = None, *, contact_message: str | None = None) -> UserLine:
+def _line(user: User, message: str | None = None, *, contact_message: str | None = None) -> UserLine:
     return UserLine(
         user=user,
         groups_text=", ".join(user.groups or ()),
@@ -88,20 +65,20 @@ def _answer(request: Request, context: dict[str, object], *, block: str | None =
     return response
 
 
-@pages.get("/users")
+@router.get("/users")
 async def users_page(request: Request, actor: AdminPage, context: ContextDep) -> Response:
     lines = [_line(user) for user in await context.store.list_users()]
     return _answer(request, {"lines": lines})
 
 
-@pages.post("/users/{username}/groups")
+@router.post("/users/{username}/groups")
 async def set_groups(
     request: Request, username: str, actor: AdminPage, context: ContextDep, groups: Annotated[str, Form()] = ""
 ) -> Response:
     """Set a user's groups from a comma-separated list; a refused name comes back in the row as typed."""
     wanted = [group.strip() for group in groups.split(",")]
     try:
-        user = await context.store.set_user_groups(username, wanted, actor=actor)
+        user = await context.service.set_user_groups(username, wanted, actor=actor)
     except UserError as exc:
         line = UserLine(await context.store.get_user(username), groups, error=str(exc))
         return await _with_line(request, context, line, status=422)
@@ -110,7 +87,7 @@ async def set_groups(
     return await _with_line(request, context, _line(user, message="Saved."))
 
 
-@pages.post("/users/{username}/contact")
+@router.post("/users/{username}/contact")
 async def set_contact(
     request: Request,
     username: str,
@@ -121,7 +98,7 @@ async def set_contact(
 ) -> Response:
     """Set a user's e-mail and Slack member id (empty: none); a refused value comes back in the row as typed."""
     try:
-        user = await context.store.set_user_contact(
+        user = await context.service.set_user_contact(
             username, actor=actor, email=email.strip() or None, slack_user_id=slack_user_id.strip() or None
         )
     except (UserError, Conflict) as exc:
@@ -140,47 +117,3 @@ async def _with_line(request: Request, context: AppContext, line: UserLine, *, s
         return _answer(request, {"line": line}, block="user_row", status=status)
     lines = [line if user.username == line.user.username else _line(user) for user in await context.store.list_users()]
     return _answer(request, {"lines": lines}, status=status)
-
-
-# --- the API -------------------------------------------------------------------------------
-
-
-@api.get("/users", summary="Users, their roles and groups (admin)", responses=errors(401, 403))
-async def list_users(actor: UserAdminAPI, context: ContextDep) -> UserList:
-    return UserList(items=[UserOut.model_validate(user) for user in await context.store.list_users()])
-
-
-@api.put(
-    "/users/{username}/groups",
-    summary="Set a user's groups (admin)",
-    description=(
-        "The user's groups become exactly these (an empty list: none). Groups say which routed calls the user may "
-        "approve; the change applies to their sessions and tokens at once, and is audited (`user.groups_changed`)."
-    ),
-    responses=errors(401, 403, 404, 422),
-)
-async def put_groups(
-    username: Username, body: Annotated[UserGroups, Body()], actor: UserAdminAPI, context: ContextDep
-) -> UserOut:
-    return UserOut.model_validate(await context.store.set_user_groups(username, body.groups, actor=actor))
-
-
-@api.put(
-    "/users/{username}/contact",
-    summary="Set a user's e-mail and Slack member id (admin)",
-    description=(
-        "Calls routed to the user are mailed to `email` (with e-mail turned on); clicks in Slack by `slack_user_id` "
-        "decide as the user. A field left out stays as it is; null removes it. Each is unique to one user (409), and "
-        "the change is audited (`user.contact_changed`)."
-    ),
-    responses=errors(401, 403, 404, 409, 422),
-)
-async def put_contact(
-    username: Username, body: Annotated[UserContact, Body()], actor: UserAdminAPI, context: ContextDep
-) -> UserOut:
-    changes = body.model_dump(exclude_unset=True)
-    return UserOut.model_validate(await context.store.set_user_contact(username, actor=actor, **changes))
-
-
-router.include_router(pages)
-router.include_router(api)

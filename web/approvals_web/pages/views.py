@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.policy.evaluation import RULE_ACTOR_PREFIX
-from approvals.store.models import AuditEventRow, ToolCallRow
+from approvals.service import AuditEvent, Call
 
 _STATUS_TONE: dict[str, str] = {
     CallStatus.PENDING: "warn",
@@ -93,7 +93,7 @@ def _short(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def expiring_soon(call: ToolCallRow, seconds: int, now: dt.datetime | None = None) -> bool:
+def expiring_soon(call: Call, seconds: int, now: dt.datetime | None = None) -> bool:
     if call.expires_at is None or not call.is_open:
         return False
     now = now or dt.datetime.now(dt.UTC)
@@ -141,7 +141,7 @@ def rule_actor(actor: str | None) -> str | None:
     return None
 
 
-def decided_by_rule(call: ToolCallRow, remembered: Collection[tuple[str, int]] = ()) -> RuleMention | None:
+def decided_by_rule(call: Call, remembered: Collection[tuple[str, int]] = ()) -> RuleMention | None:
     """The rule that approved or denied `call`, if a rule (not a person) decided it."""
     name = rule_actor(call.decided_by)
     if name is None:
@@ -151,7 +151,7 @@ def decided_by_rule(call: ToolCallRow, remembered: Collection[tuple[str, int]] =
     return RuleMention(did, name, version, (name, version) in remembered if version is not None else False)
 
 
-def routing(call: ToolCallRow) -> Routing | None:
+def routing(call: Call) -> Routing | None:
     """Whom a rule routed `call` to, when a rule asked people about it (and decided nothing itself)."""
     if rule_actor(call.decided_by) is not None or not (call.rule_name or call.approver_groups):
         return None
@@ -160,12 +160,7 @@ def routing(call: ToolCallRow) -> Routing | None:
     return Routing(groups, call.approvals_required, rule)
 
 
-def rule_names(calls: Collection[ToolCallRow]) -> set[str]:
-    """The rules these calls name: what to ask the store which of them were remembered."""
-    return {call.rule_name for call in calls if call.rule_name}
-
-
-def audit_rule(event: AuditEventRow) -> RuleMention | None:
+def audit_rule(event: AuditEvent) -> RuleMention | None:
     """The rule an audit event says decided or routed its call: `call.approved` / `call.denied` by `rule:<name>`,
     or a `call.requested` whose policy asked people."""
     details = event.details if isinstance(event.details, dict) else {}

@@ -29,6 +29,7 @@ from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from approvals.calls.actors import Actor
 from approvals.policy import (
     Effect,
     InvalidRule,
@@ -40,16 +41,15 @@ from approvals.policy import (
     load_rules,
     parse_rule,
     parse_rules,
-    rule_flags,
 )
-from approvals.store import Actor, Store
+from approvals.service import ApprovalService
 from approvals.store.policy_rules import MAX_DRY_RUN
 
 from ..api.problems import PROBLEM_JSON, problem
 from ..api.routes import EVERY_ROUTE, authenticate_writes, errors
 from ..api.schemas import Name, Problem, Strict, check_json, check_text
 from ..auth import ContextDep, require, verify_csrf
-from .pages import DRY_RUN_DEFAULT, check_condition, current_rule, dry_run_rule, find_rule, now, split_problem
+from .pages import DRY_RUN_DEFAULT, check_condition, now, split_problem
 
 __all__ = ("router",)
 
@@ -290,10 +290,8 @@ class ApplyOut(BaseModel):
         )
 
 
-async def _rule_out(store: Store, rule: StoredRule) -> RuleOut:
-    every = await store.list_rules()
-    flags = rule_flags(every, now=now(), groups_with_members=await store.group_names())
-    return _out(rule, flags.get(rule.name, []))
+async def _rule_out(service: ApprovalService, rule: StoredRule) -> RuleOut:
+    return _out(rule, await service.rule_flags(rule.name, now=now()))
 
 
 def _out(rule: StoredRule, flags: list[str]) -> RuleOut:
@@ -356,10 +354,8 @@ async def list_rules(
     context: ContextDep,
     kind: Annotated[Kind | None, Query(description="Only standing or only remembered rules.")] = None,
 ) -> RuleList:
-    store = context.store
-    every = await store.list_rules()
-    flags = rule_flags(every, now=now(), groups_with_members=await store.group_names())
-    return RuleList(items=[_out(rule, flags.get(rule.name, [])) for rule in every if kind is None or rule.kind is kind])
+    every = await context.service.flagged_rules(now=now())
+    return RuleList(items=[_out(f.rule, f.flags) for f in every if kind is None or f.rule.kind is kind])
 
 
 @router.get(
@@ -369,9 +365,9 @@ async def list_rules(
     responses=errors(401, 404, 422, e404="No such rule, or it was removed (its versions remain)."),
 )
 async def get_rule(name: RuleName, actor: RulesReadAPI, context: ContextDep, response: Response) -> RuleOut:
-    rule = await current_rule(context.store, name)
+    rule = await context.service.current_rule(name)
     _etag(response, rule)
-    return await _rule_out(context.store, rule)
+    return await _rule_out(context.service, rule)
 
 
 @router.get("/{name}/versions", summary="Every version of a rule, newest first", responses=errors(401, 404, 422))
@@ -412,13 +408,13 @@ async def put_rule(
     spec = _parse_body(body)
     if isinstance(spec, JSONResponse):
         return spec
-    before = await find_rule(context.store, name)
-    rule = await context.store.save_rule(spec, actor=actor, expected_version=version)
+    before = await context.service.find_rule(name)
+    rule = await context.service.save_rule(spec, actor=actor, expected_version=version)
     if before is None or before.deleted:
         response.status_code = 201
         response.headers["Location"] = f"/api/rules/{name}"
     _etag(response, rule)
-    return await _rule_out(context.store, rule)
+    return await _rule_out(context.service, rule)
 
 
 @router.post(
@@ -430,9 +426,9 @@ async def put_rule(
 async def set_enabled(
     name: RuleName, body: Annotated[EnabledIn, Body()], actor: RulesWriteAPI, context: ContextDep, response: Response
 ) -> RuleOut:
-    rule = await context.store.set_rule_enabled(name, body.enabled, actor=actor)
+    rule = await context.service.set_rule_enabled(name, body.enabled, actor=actor)
     _etag(response, rule)
-    return await _rule_out(context.store, rule)
+    return await _rule_out(context.service, rule)
 
 
 @router.delete(
@@ -442,7 +438,7 @@ async def set_enabled(
     responses=errors(401, 403, 404, 422),
 )
 async def delete_rule_api(name: RuleName, actor: RulesRemoveAPI, context: ContextDep) -> RuleVersionOut:
-    return RuleVersionOut.build(await context.store.delete_rule(name, actor=actor))
+    return RuleVersionOut.build(await context.service.delete_rule(name, actor=actor))
 
 
 @router.post(
@@ -467,7 +463,7 @@ async def dry_run(body: Annotated[DryRunIn, Body()], actor: RulesWriteAPI, conte
     spec = _parse_body(body.rule)
     if isinstance(spec, JSONResponse):
         return spec
-    result = await dry_run_rule(context.store, spec, body.limit)
+    result = await context.service.dry_run_rule(spec, body.limit)
     rows = [
         DryRunRowOut(
             call_id=row.call_id,
@@ -533,7 +529,7 @@ async def apply(
         return invalid_rule(exc.problems, str(exc), subject="rules")
     except ValueError as exc:
         return invalid_rule([str(exc)], f"Invalid rules file: {exc}", subject="rules")
-    diff = await context.store.apply_rules(specs, actor=actor, prune=prune, dry_run=dry_run)
+    diff = await context.service.apply_rules(specs, actor=actor, prune=prune, dry_run=dry_run)
     return ApplyOut.build(diff, dry_run=dry_run)
 
 

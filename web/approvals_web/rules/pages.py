@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 from fastapi import APIRouter, Depends, Request, Response
 
-from approvals.exceptions import Conflict, NotFound, UserError
+from approvals.calls.actors import Actor
+from approvals.exceptions import Conflict, UserError
 from approvals.policy import (
     Effect,
     InvalidCondition,
@@ -38,10 +39,9 @@ from approvals.policy import (
     StoredRule,
     compile_condition,
     parse_rule,
-    rule_flags,
 )
-from approvals.store import Actor, DryRun, Store
-from approvals.store.models import AuditEventRow
+from approvals.service import ApprovalService, AuditEvent
+from approvals.store import DryRun, Store
 from approvals.store.policy_rules import MAX_DRY_RUN
 
 from ..api.schemas import check_text
@@ -52,9 +52,6 @@ from ..pages.inbox import _is_htmx, _page, _see_other
 __all__ = (
     "ConditionCheck",
     "check_condition",
-    "current_rule",
-    "dry_run_rule",
-    "find_rule",
     "now",
     "router",
     "split_problem",
@@ -339,22 +336,6 @@ def _number(value: object) -> int | None:
     return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else None
 
 
-async def find_rule(store: Store, name: str) -> StoredRule | None:
-    """A rule's latest version (a removed rule's too), or None when there never was one."""
-    try:
-        return await store.get_rule(name)
-    except NotFound:
-        return None
-
-
-async def current_rule(store: Store, name: str) -> StoredRule:
-    """A rule in force (enabled or not); a removed one is not found."""
-    rule = await store.get_rule(name)
-    if rule.deleted:
-        raise NotFound(f"No rule {name!r}: it was removed (its history remains)")
-    return rule
-
-
 # --- pages ---------------------------------------------------------------------------------
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
@@ -382,17 +363,15 @@ class RuleLine:
     may_remove: bool
 
 
-async def _list_context(store: Store, actor: Actor, message: str | None = None) -> dict[str, Any]:
-    rules = await store.list_rules()
-    flags = rule_flags(rules, now=now(), groups_with_members=await store.group_names())
+async def _list_context(service: ApprovalService, actor: Actor, message: str | None = None) -> dict[str, Any]:
     lines = [
         RuleLine(
-            rule=rule,
-            matches=matches_text(rule.spec),
-            flags=flags.get(rule.name, []),
-            may_remove=actor.can("admin") or (rule.kind is Kind.REMEMBERED and rule.author == actor.id),
+            rule=found.rule,
+            matches=matches_text(found.rule.spec),
+            flags=found.flags,
+            may_remove=service.may_remove_rule(found.rule, actor),
         )
-        for rule in rules
+        for found in await service.flagged_rules(now=now())
     ]
     return {
         "standing": [line for line in lines if line.rule.kind is Kind.STANDING],
@@ -402,8 +381,8 @@ async def _list_context(store: Store, actor: Actor, message: str | None = None) 
     }
 
 
-async def _list_page(request: Request, store: Store, actor: Actor, message: str | None = None) -> Response:
-    return _page(request, "rules.html", await _list_context(store, actor, message), block="rules")
+async def _list_page(request: Request, service: ApprovalService, actor: Actor, message: str | None = None) -> Response:
+    return _page(request, "rules.html", await _list_context(service, actor, message), block="rules")
 
 
 def _form_page(request: Request, form: RuleForm, *, status: int = 200) -> Response:
@@ -412,7 +391,7 @@ def _form_page(request: Request, form: RuleForm, *, status: int = 200) -> Respon
 
 @router.get("/rules")
 async def rules_page(request: Request, actor: ViewerPage, context: ContextDep) -> Response:
-    return await _list_page(request, context.store, actor)
+    return await _list_page(request, context.service, actor)
 
 
 @router.get("/rules/new")
@@ -426,12 +405,12 @@ async def create_rule(request: Request, actor: AdminPage, context: ContextDep) -
     spec = form.parse()
     if spec is None:
         return _form_page(request, form, status=422)
-    existing = await find_rule(context.store, spec.name)
+    existing = await context.service.find_rule(spec.name)
     if existing is not None and not existing.deleted:
         form.errors["name"] = [f"a rule named {spec.name} exists already: edit it instead"]
         return _form_page(request, form, status=422)
     form.expected_version = existing.version if existing else 0  # someone creating it meanwhile is a conflict
-    return await _save(request, context.store, actor, form, spec)
+    return await _save(request, context.service, actor, form, spec)
 
 
 @router.post("/rules/check")
@@ -454,38 +433,30 @@ async def dry_run_page(request: Request, actor: AdminPage, context: ContextDep) 
     form.values["name"] = typed_name
     if spec is None:
         return _page(request, "rule_form.html", {"form": form}, block="dry_run", status=422)
-    result = await dry_run_rule(context.store, spec, form.limit)
+    result = await context.service.dry_run_rule(spec, form.limit)
     form.dry_run = dry_run_view(result, spec, tried_enabled=not spec.enabled)
     return _page(request, "rule_form.html", {"form": form}, block="dry_run")
 
 
-async def dry_run_rule(store: Store, spec: RuleSpec, limit: int) -> DryRun:
-    """Try `spec` as the kind of rule it would replace; a disabled rule as if enabled, or it would match nothing."""
-    existing = await find_rule(store, spec.name)
-    kind = existing.kind if existing is not None and not existing.deleted else Kind.STANDING
-    tried = spec if spec.enabled else spec.model_copy(update={"enabled": True})
-    return await store.dry_run_rule(tried, limit=limit, kind=kind)
-
-
 @router.get("/rules/{name}/edit")
 async def edit_rule(request: Request, name: str, actor: AdminPage, context: ContextDep) -> Response:
-    rule = await current_rule(context.store, name)
+    rule = await context.service.current_rule(name)
     return _form_page(request, RuleForm(form_values(rule.spec), editing=name, expected_version=rule.version))
 
 
 @router.post("/rules/{name}/edit")
 async def save_rule(request: Request, name: str, actor: AdminPage, context: ContextDep) -> Response:
-    await current_rule(context.store, name)  # 404 for a rule that is not there
+    await context.service.current_rule(name)  # 404 for a rule that is not there
     form = await _read_form(request, name)
     spec = form.parse()
     if spec is None:
         return _form_page(request, form, status=422)
-    return await _save(request, context.store, actor, form, spec)
+    return await _save(request, context.service, actor, form, spec)
 
 
-async def _save(request: Request, store: Store, actor: Actor, form: RuleForm, spec: RuleSpec) -> Response:
+async def _save(request: Request, service: ApprovalService, actor: Actor, form: RuleForm, spec: RuleSpec) -> Response:
     try:
-        await store.save_rule(spec, actor=actor, expected_version=form.expected_version)
+        await service.save_rule(spec, actor=actor, expected_version=form.expected_version)
     except Conflict as exc:
         form.message = f"Not saved: {exc}. Open the rule again to see its current version, then redo your change."
         return _form_page(request, form, status=409)
@@ -497,28 +468,28 @@ async def _save(request: Request, store: Store, actor: Actor, form: RuleForm, sp
 
 @router.post("/rules/{name}/enable")
 async def enable_rule(request: Request, name: str, actor: AdminPage, context: ContextDep) -> Response:
-    rule = await context.store.set_rule_enabled(name, True, actor=actor)
-    return await _changed(request, context.store, actor, f"Enabled {name} (version {rule.version}).")
+    rule = await context.service.set_rule_enabled(name, True, actor=actor)
+    return await _changed(request, context.service, actor, f"Enabled {name} (version {rule.version}).")
 
 
 @router.post("/rules/{name}/disable")
 async def disable_rule(request: Request, name: str, actor: AdminPage, context: ContextDep) -> Response:
-    rule = await context.store.set_rule_enabled(name, False, actor=actor)
-    return await _changed(request, context.store, actor, f"Disabled {name} (version {rule.version}).")
+    rule = await context.service.set_rule_enabled(name, False, actor=actor)
+    return await _changed(request, context.service, actor, f"Disabled {name} (version {rule.version}).")
 
 
 @router.post("/rules/{name}/delete")
 async def delete_rule(request: Request, name: str, actor: ReviewerPage, context: ContextDep) -> Response:
     """Remove a rule: admins any, a reviewer one they remembered (the store decides)."""
-    await context.store.delete_rule(name, actor=actor)
-    return await _changed(request, context.store, actor, f"Removed {name}; its history remains.")
+    await context.service.delete_rule(name, actor=actor)
+    return await _changed(request, context.service, actor, f"Removed {name}; its history remains.")
 
 
-async def _changed(request: Request, store: Store, actor: Actor, message: str) -> Response:
+async def _changed(request: Request, service: ApprovalService, actor: Actor, message: str) -> Response:
     """After a change from the list: the list again (htmx), or back to it."""
     if not _is_htmx(request):
         return _see_other("/rules")
-    return await _list_page(request, store, actor, message)
+    return await _list_page(request, service, actor, message)
 
 
 @dataclass
@@ -542,18 +513,14 @@ def _changes(newer: StoredRule, older: StoredRule | None) -> str:
 
 @router.get("/rules/{name}/history")
 async def rule_history(request: Request, name: str, actor: ViewerPage, context: ContextDep) -> Response:
-    store = context.store
-    versions = await store.rule_versions(name)
+    versions = await context.store.rule_versions(name)
     older: list[StoredRule | None] = [*versions[1:], None]
     lines = [
         VersionLine(rule, _changes(rule, previous), yaml.safe_dump(rule.spec.definition(), sort_keys=False))
         for rule, previous in zip(versions, older, strict=True)
     ]
     current = versions[0]
-    flags: list[str] = []
-    if not current.deleted:
-        every = await store.list_rules()
-        flags = rule_flags(every, now=now(), groups_with_members=await store.group_names()).get(name, [])
+    flags = [] if current.deleted else await context.service.rule_flags(name, now=now())
     return _page(
         request,
         "rule_history.html",
@@ -562,13 +529,13 @@ async def rule_history(request: Request, name: str, actor: ViewerPage, context: 
             "matches": matches_text(current.spec),
             "flags": flags,
             "versions": lines,
-            "events": await _events(store, name),
+            "events": await _events(context.store, name),
             "may_write": actor.can("admin"),
         },
     )
 
 
-async def _events(store: Store, name: str) -> list[tuple[AuditEventRow, Any]]:
+async def _events(store: Store, name: str) -> list[tuple[AuditEvent, Any]]:
     """The rule's audit events, newest first, each with the version it wrote."""
     page = await store.audit_events(subject_id=name, limit=500)
     return [

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from approvals.calls.actors import Actor
 from approvals.calls.states import OPEN_CALL_STATUSES
 from approvals.calls.verdicts import Approve, Deny, Verdict
 from approvals.channels.call_summary import call_url
@@ -32,7 +33,6 @@ from approvals.channels.slack_blocks import (
     escape,
 )
 from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
-from approvals.store import Actor
 
 from ..context import AppContext
 from .people import Reviewer, link_token, link_url, reviewer_for

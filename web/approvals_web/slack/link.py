@@ -80,7 +80,7 @@ async def link_account(
     if isinstance(found, Response):
         return found
     try:
-        await context.store.set_user_contact(actor.id, actor=actor, slack_user_id=found.slack_user_id)
+        await context.service.set_user_contact(actor.id, actor=actor, slack_user_id=found.slack_user_id)
     except (Conflict, UserError) as exc:
         return render(request, "slack_link.html", {"problem": str(exc)}, status=409)
     return render(request, "slack_link.html", {"linked": found, "username": actor.id})

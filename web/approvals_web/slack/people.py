@@ -17,8 +17,9 @@ from urllib.parse import urlencode
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
+from approvals.calls.actors import Actor
 from approvals.channels.slack_api import SlackApi, SlackCallFailed
-from approvals.store import Actor, Store
+from approvals.store import Store
 from approvals.store.reviewer_identity import actor_for
 
 __all__ = (

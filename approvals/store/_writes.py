@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engines.native.deferred import DeferredToolCall
+from ..calls.tools import DeferredToolCall, ToolDefinition
 from ..engines.native.messages import ModelRequest, ModelResponse, dump_message, format_version_of
-from ..engines.native.tools import ToolDefinition
 from ..exceptions import LeaseLost, NotFound
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import call_columns

@@ -19,7 +19,7 @@ from sqlalchemy import insert
 
 from ..calls.actors import SYSTEM_ACTOR_ID, Actor
 from ..calls.states import RunStatus
-from ..engines.native.deferred import DeferredToolRequests
+from ..calls.tools import DeferredToolRequests
 from ..exceptions import Forbidden, UserError
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import decided_details, rule_decision

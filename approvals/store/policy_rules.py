@@ -25,8 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..calls.actors import Actor
+from ..calls.tools import DeferredToolRequests
 from ..calls.verdicts import Approve
-from ..engines.native.deferred import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, StoredRule
 from ..policy.files import RulesDiff, plan_apply

@@ -25,11 +25,11 @@ from .._decision_sql import (
     LOCK_RUN,
     STANDING_APPROVERS,
     call_facts,
-    for_psycopg,
     plan_write,
 )
 from ..decision_rules import Decided, plan_decision
 from .postgres import pooled_connection, roll_back
+from .postgres_statements import PREPARE, positional
 
 if TYPE_CHECKING:
     from .database import Database
@@ -43,13 +43,13 @@ _COMMIT = b"COMMIT"
 async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime) -> Decided:
     """Record one verdict; returns the call as it is afterwards."""
     key = {"call_id": call_id}
-    reads = [for_psycopg(statement) for statement in (LOCK_RUN, LOCK_CALL, STANDING_APPROVERS)]
+    reads = [positional(statement) for statement in (LOCK_RUN, LOCK_CALL, STANDING_APPROVERS)]
     async with pooled_connection(db) as connection:
         try:
             async with connection.pipeline() as pipeline:
                 await connection.execute(_BEGIN)
                 run_rows, call_rows, standing_rows = [
-                    await connection.execute(read.sql, read.params(key)) for read in reads
+                    await connection.execute(read.sql, read.args(key), prepare=PREPARE) for read in reads
                 ]
                 await pipeline.sync()
                 run, call = await run_rows.fetchone(), await call_rows.fetchone()
@@ -62,8 +62,8 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
                 )
                 plan = plan_decision(facts, verdict, actor, now)
                 statement, params = plan_write(facts.call, plan)
-                write = for_psycopg(statement)
-                await connection.execute(write.sql, write.params(params))
+                write = positional(statement)
+                await connection.execute(write.sql, write.args(params), prepare=PREPARE)
                 await connection.execute(_COMMIT)
         except BaseException:
             await roll_back(connection)

@@ -42,6 +42,10 @@ class _Compiled:
     results: tuple[Processor, ...]
     defaults: Mapping[str, Any]
     """INSERT: the Python defaults (`ColumnDefault`) of the columns the rows leave out."""
+    marks: tuple[tuple[str, Processor], ...]
+    """`names` with their `binds`: what an execution walks, built once."""
+    lengths: bool
+    """Whether any parameter is an `IN` list."""
 
 
 class DirectResult:
@@ -84,12 +88,13 @@ class DirectConnection:
             rows = list(params)
             if not rows:
                 return DirectResult([], ())
-            compiled = _compile(self.dialect, statement, tuple(rows[0]))
+            compiled = _compile(self.dialect, statement, rows[0])
             batch = [_bound(compiled, row) for row in rows]
             self._connection.executemany(_sql(compiled, batch[0][1]), [values for values, _ in batch])
             return DirectResult([], ())
-        compiled = _compile(self.dialect, statement, tuple(params or ()))
-        values, lengths = _bound(compiled, params or {})
+        given = params or {}
+        compiled = _compile(self.dialect, statement, given)
+        values, lengths = _bound(compiled, given)
         cursor = self._connection.execute(_sql(compiled, lengths), values)
         if compiled.row is None:
             return DirectResult([], ())
@@ -111,13 +116,22 @@ class DirectConnection:
 
 def _bound(compiled: _Compiled, given: Mapping[str, Any]) -> tuple[list[Any], tuple[int, ...]]:
     """The positional values for one execution, and the length of each `IN` list among them."""
-    merged = {**compiled.literals, **given}
-    for key, default in compiled.defaults.items():  # as SQLAlchemy fills them in: fresh for every row
-        merged[key] = default.arg(None) if default.is_callable else default.arg
+    if compiled.defaults:  # as SQLAlchemy fills them in: fresh for every row
+        fresh = {
+            key: default.arg(None) if default.is_callable else default.arg for key, default in compiled.defaults.items()
+        }
+        given = {**given, **fresh}
+    literals = compiled.literals
+    if not compiled.lengths:  # no IN list: one value per mark
+        return [
+            (value if process is None else process(value))
+            for name, process in compiled.marks
+            for value in (given[name] if name in given else literals[name],)
+        ], ()
     values: list[Any] = []
     lengths: list[int] = []
-    for name, process, expanding in zip(compiled.names, compiled.binds, compiled.expanding, strict=True):
-        value = merged[name]
+    for (name, process), expanding in zip(compiled.marks, compiled.expanding, strict=True):
+        value = given[name] if name in given else literals[name]
         items = list(value) if expanding else [value]
         if expanding:
             lengths.append(len(items))
@@ -145,12 +159,13 @@ _EXPANDED: dict[tuple[str, tuple[int, ...]], str] = {}
 _CACHE: OrderedDict[tuple[int, tuple[str, ...]], tuple[Any, _Compiled]] = OrderedDict()
 
 
-def _compile(dialect: Dialect, statement: Any, keys: tuple[str, ...]) -> _Compiled:
-    """`statement` compiled once (an INSERT once per set of columns given).
+def _compile(dialect: Dialect, statement: Any, given: Mapping[str, Any]) -> _Compiled:
+    """`statement` compiled once (an INSERT once per set of columns `given`).
 
     The statement is kept with it, so its id stays its own while cached.
     """
-    cache_key = (id(statement), keys if isinstance(statement, Insert) else ())
+    keys = tuple(given) if isinstance(statement, Insert) else ()
+    cache_key = (id(statement), keys)
     cached = _CACHE.get(cache_key)
     if cached is not None:
         _CACHE.move_to_end(cache_key)
@@ -172,15 +187,19 @@ def _compile(dialect: Dialect, statement: Any, keys: tuple[str, ...]) -> _Compil
         result_columns = compiled._result_columns  # the columns as SQLAlchemy reads them
         row = cast(Any, namedtuple)("Row", [entry[0] for entry in result_columns], rename=True)
         results = tuple(entry[3].dialect_impl(dialect).result_processor(dialect, None) for entry in result_columns)
+    processors = tuple(binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names)
+    expanding = tuple(binds[name].expanding for name in names)
     result = _Compiled(
         sql=str(compiled),
         names=names,
         literals={name: bind.effective_value for name, bind in binds.items() if not bind.required},
-        binds=tuple(binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names),
-        expanding=tuple(binds[name].expanding for name in names),
+        binds=processors,
+        expanding=expanding,
         row=row,
         results=results,
         defaults=defaults,
+        marks=tuple(zip(names, processors, strict=True)),
+        lengths=any(expanding),
     )
     _CACHE[cache_key] = (statement, result)
     if len(_CACHE) > _CACHE_SIZE:

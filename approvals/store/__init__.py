@@ -16,10 +16,11 @@ from .backends.database import Database, normalize_url
 from .backends.notify import Notifier
 from .calls import CallOps
 from .channel_messages import ChannelMessageOps
+from .claims import ClaimedRun
 from .conversations import ConversationOps
 from .email_links import EmailLinkOps
 from .follow_ups import FollowUpOps
-from .lifecycle import ClaimedRun, RunLifecycle
+from .lifecycle import RunLifecycle
 from .logins import LoginAttempt, LoginLimits, LoginOps
 from .paused_runs import PausedRun, PausedRunOps
 from .policy_rules import DryRun, DryRunRow, RuleOps

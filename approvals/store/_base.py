@@ -18,6 +18,7 @@ from ._writes import RunWrite
 from .backend import Transaction
 from .backends.database import Database
 from .backends.notify import Notifier
+from .claims import StaleLeaseCheck
 from .models import RunRow
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ class StoreBase:
         self.notifier = notifier or db.backend.notifier(db)
         self._stored_tool_versions: set[str] = set()
         """Tool definition versions this process stored or saw stored: a version's definition never changes."""
-        self._stale_leases_checked_at = float("-inf")
+        self._stale_leases = StaleLeaseCheck()
         """When (monotonic) a claim last looked for runs whose worker's lease expired."""
 
     @asynccontextmanager

@@ -37,8 +37,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.expression import Executable
 
@@ -59,7 +57,7 @@ from ._writes import (
     tool_definition_row,
 )
 from .audit import AuditEvent
-from .backend import Transaction
+from .backend import Backend, Transaction
 from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .wakeups import READY_CHANNEL, RUNS_CHANNEL
 
@@ -162,9 +160,9 @@ def _hold_statement(changed: tuple[str, ...]) -> Update:
 
 
 @cache
-def insert_tool_definitions(dialect: str) -> Insert:
-    insert_new = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert_new(ToolDefinitionRow).on_conflict_do_nothing()
+def insert_tool_definitions(backend: Backend) -> Insert:
+    """New tool definitions; a version already stored stays as it is (a version's definition never changes)."""
+    return backend.insert(ToolDefinitionRow).on_conflict_do_nothing()
 
 
 def in_list(column: Any, name: str, count: int) -> ColumnElement[bool]:
@@ -379,7 +377,7 @@ class WriteSteps:
             )
 
 
-def write_steps(write: RunWrite, dialect: str, stored_tool_versions: Iterable[str] = ()) -> WriteSteps:
+def write_steps(write: RunWrite, backend: Backend, stored_tool_versions: Iterable[str] = ()) -> WriteSteps:
     """The steps of a worker's write to the run it holds, in order; each backend runs them in one transaction.
 
     The step's messages and new calls take the run's count and agent as the run stores them,
@@ -393,7 +391,7 @@ def write_steps(write: RunWrite, dialect: str, stored_tool_versions: Iterable[st
     known = set(stored_tool_versions)
     definitions = [tool_definition_row(d, now) for d in write.tool_definitions if d.version not in known]
     if definitions:
-        planned._add(Step(insert_tool_definitions(dialect), definitions))
+        planned._add(Step(insert_tool_definitions(backend), definitions))
     if write.messages:
         rows = [{**guard, "offset": i, **row} for i, row in enumerate(message_rows(write.messages, now))]
         planned._add(Step(APPEND_MESSAGES, rows))
@@ -444,7 +442,7 @@ def _pending_columns(call: Mapping[str, Any]) -> dict[str, Any]:
 
 def apply_write(tx: Tx, write: RunWrite, stored_tool_versions: Iterable[str] = ()) -> None:
     """Carry out a worker's write to the run it holds, statement by statement (SQLite, and any sync connection)."""
-    planned = write_steps(write, tx.session.dialect.name, stored_tool_versions)
+    planned = write_steps(write, tx.backend, stored_tool_versions)
     results = run_steps(tx, planned.steps)
     try:
         events = planned.events(results)

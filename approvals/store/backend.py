@@ -19,7 +19,7 @@ from .audit import AuditEvent
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Select
-    from sqlalchemy.sql.dml import Insert
+    from sqlalchemy.dialects import postgresql, sqlite
     from sqlalchemy.sql.expression import Executable
 
     from ..calls.actors import Actor
@@ -27,7 +27,12 @@ if TYPE_CHECKING:
     from ._writes import RunWrite
     from .backends.database import Database
     from .backends.notify import Notifier
+    from .claims import Claim, ClaimedRun, StaleLeaseCheck
     from .decision_rules import Decided
+
+if TYPE_CHECKING:
+    UpsertInsert = postgresql.Insert | sqlite.Insert
+    """Either database's INSERT … ON CONFLICT."""
 
 __all__ = ("Backend", "SelectT", "Transaction", "WakeUps")
 
@@ -77,7 +82,11 @@ class Backend(Protocol):
 
     # -- statements: the same statement, spelled for this database
 
-    def insert(self, table: Any) -> Insert:
+    def __hash__(self) -> int:
+        """Backends key the statements built once for them (`functools.cache`)."""
+        ...
+
+    def insert(self, table: Any) -> UpsertInsert:
         """An INSERT that can say `ON CONFLICT` (each database has its own construct)."""
         ...
 
@@ -132,6 +141,15 @@ class Backend(Protocol):
         self, db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime
     ) -> Awaitable[tuple[Decided, WakeUps]]:
         """One reviewer's verdict (`decision_rules.plan_decision`'s plan), in one transaction; and its wake-ups."""
+        ...
+
+    def claim(
+        self, db: Database, ask: Claim, stale_leases: StaleLeaseCheck
+    ) -> Awaitable[tuple[ClaimedRun | None, WakeUps]]:
+        """Lease the oldest claimable run (`claims`' statements) and read what its worker needs; and the wake-ups.
+
+        `stale_leases` says when this store last looked for runs whose worker died, where that look is apart.
+        """
         ...
 
     def notifier(self, db: Database) -> Notifier:

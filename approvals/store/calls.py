@@ -20,8 +20,6 @@ from typing import Any, cast
 
 import anyio
 from sqlalchemy import RowMapping, Select, Table, and_, bindparam, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .. import tracing
 from ..calls.actors import Actor
@@ -35,6 +33,7 @@ from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from ._run_writes import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
 from ._writes import tool_definition_row, utcnow
 from .audit import call_event, run_event
+from .backend import Backend
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
 from .policy_rules import PolicyEvaluation
@@ -269,11 +268,10 @@ def _request(
 ) -> tuple[ToolCallRow, bool]:
     request = validated.request
     run_id = session_run_id(request.engine, request.source, request.session_id)
-    dialect = tx.session.dialect.name
     run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()  # a session asks many times
     created = None
     if run is None:  # its first call: the session's run begins (unless another request began it meanwhile)
-        insert_run = (pg_insert if dialect == "postgresql" else sqlite_insert)(RunRow).on_conflict_do_nothing()
+        insert_run = tx.backend.insert(RunRow).on_conflict_do_nothing()
         created = tx.session.execute(
             insert_run.returning(RunRow.id),
             {
@@ -298,7 +296,7 @@ def _request(
     elif run.status in FINAL_RUN_STATUSES:
         raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
     if not definition_stored:  # a version's definition never changes: once stored, it is not sent again
-        tx.session.execute(insert_tool_definitions(dialect), [tool_definition_row(validated.definition, now)])
+        tx.session.execute(insert_tool_definitions(tx.backend), [tool_definition_row(validated.definition, now)])
     row = {
         "id": uuid.uuid4().hex,
         "run_id": run_id,
@@ -321,7 +319,7 @@ def _request(
     handed_out = hand_out and row["status"] == CallStatus.APPROVED
     if handed_out:
         row["status"] = CallStatus.EXECUTING
-    if tx.session.execute(_insert_call(dialect), row).one_or_none() is None:  # asked at the same moment
+    if tx.session.execute(_insert_call(tx.backend), row).one_or_none() is None:  # asked at the same moment
         existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
         found = existing.mappings().one_or_none()
         assert found is not None  # the key's call, which kept this one out
@@ -351,11 +349,12 @@ def _request(
 
 
 @cache
-def _insert_call(dialect: str) -> Any:
+def _insert_call(backend: Backend) -> Any:
     """A new call, unless its session already holds one under its key (another request asked at the same moment)."""
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
     return (
-        insert(ToolCallRow).on_conflict_do_nothing(index_elements=["run_id", "tool_call_id"]).returning(ToolCallRow.id)
+        backend.insert(ToolCallRow)
+        .on_conflict_do_nothing(index_elements=["run_id", "tool_call_id"])
+        .returning(ToolCallRow.id)
     )
 
 

@@ -9,8 +9,6 @@ between sending and recording (then at least once).
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ._base import StoreBase
 from ._writes import utcnow
@@ -34,9 +32,8 @@ class ChannelMessageOps(StoreBase):
             "created_at": now,
             "updated_at": now,
         }
-        insert = pg_insert if self.db.is_postgres else sqlite_insert
         async with self.db.write() as session:
-            await session.execute(insert(ChannelMessageRow).values(values).on_conflict_do_nothing())
+            await session.execute(self.backend.insert(ChannelMessageRow).values(values).on_conflict_do_nothing())
 
     async def sent_messages(self, call_id: str, channel: str, *, purpose: str | None = None) -> list[ChannelMessageRow]:
         """The messages sent about a call through `channel` (of one `purpose`, or all), oldest first."""

@@ -32,7 +32,6 @@ from sqlalchemy import (
     Select,
     bindparam,
     delete,
-    func,
     insert,
     literal_column,
     select,
@@ -41,16 +40,15 @@ from sqlalchemy import (
     union,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import FINAL_RUN_STATUSES, RunStatus
-from ..engines.native.deferred import DeferredToolRequests
+from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict
 from ..policy.evaluation import Outcome
 from ._run_writes import Tx
 from ._writes import utcnow
+from .backend import Backend
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
 from .paused_runs import PausedRun, insert_paused_run
 from .policy_rules import PolicyEvaluation
@@ -354,9 +352,8 @@ def _history(limited: bool) -> Select[Any]:
 
 
 @cache
-def _insert_record(dialect: str) -> Insert:
-    insert_new = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert_new(R).on_conflict_do_nothing(index_elements=[R.conversation_id]).returning(R.conversation_id)
+def _insert_record(backend: Backend) -> Insert:
+    return backend.insert(R).on_conflict_do_nothing(index_elements=[R.conversation_id]).returning(R.conversation_id)
 
 
 def _stored(row: Row[Any]) -> StoredConversation:
@@ -388,8 +385,7 @@ def _changed(conversation_id: str, why: str = "it was saved or deleted since it 
 
 
 def _hold_records(tx: Tx, *, deleting: bool = False) -> None:
-    if tx.session.dialect.name == "postgresql":
-        tx.session.execute(DELETES_WAIT_FOR_WRITES if deleting else WRITES_WAIT_FOR_DELETES)
+    tx.backend.hold(tx.session, DELETES_WAIT_FOR_WRITES if deleting else WRITES_WAIT_FOR_DELETES)
 
 
 def _write(tx: Tx, write: ConversationWrite) -> str | None:
@@ -406,7 +402,7 @@ def _write(tx: Tx, write: ConversationWrite) -> str | None:
     run_id, synced, opened = _relink(tx, stored, write)
     values = {**_record_values(record), "run_id": run_id, "synced_messages": synced}
     if stored is None:
-        inserted = tx.session.execute(_insert_record(tx.session.dialect.name), values).one_or_none()
+        inserted = tx.session.execute(_insert_record(tx.backend), values).one_or_none()
         if inserted is None:
             raise _changed(record.conversation_id, "another save created it first")
     else:
@@ -517,7 +513,7 @@ def _collect_entries(tx: Tx, tips: Iterable[str | None]) -> None:
         return
     gone = _ancestors("gone", E.id.in_(seeds))
     gone_ids = select(gone.c.id)
-    branch_tip = _branch_tips(tx.session.dialect.name)
+    branch_tip = tx.backend.json_items(R.branches)
     entered_from = union(
         select(E.parent_id).where(E.parent_id.in_(gone_ids), E.id.not_in(gone_ids)),
         select(R.head_id).where(R.head_id.in_(gone_ids)),
@@ -531,12 +527,6 @@ def _ancestors(name: str, start: ColumnElement[bool]) -> CTE:
     """The entries matching `start` and every entry before them."""
     found = select(E.id, E.parent_id).where(start).cte(name, recursive=True)
     return found.union(select(E.id, E.parent_id).join(found, E.id == found.c.parent_id))
-
-
-def _branch_tips(dialect: str) -> Any:
-    """Each record's branch ends, one row each (`value`): the JSON array as a table."""
-    each = func.jsonb_array_elements_text if dialect == "postgresql" else func.json_each
-    return each(R.branches).table_valued("value")
 
 
 def _entry_row(entry: EntryData, now: dt.datetime) -> dict[str, Any]:

@@ -21,8 +21,6 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 from sqlalchemy import Table, bindparam, exists, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import CallStatus
@@ -33,6 +31,7 @@ from ._decision_sql import LOCK_RUN
 from ._run_writes import Tx
 from ._writes import utcnow
 from .audit import call_event
+from .backend import Backend
 from .models import AuditEventRow, CallFollowUpRow, PolicyRuleRow, ToolCallRow
 from .wakeups import PENDING_CHANNEL
 
@@ -184,9 +183,8 @@ def _open_without(step: Step, rules: Collection[str] | None) -> Any:
 
 
 @cache
-def _insert_once(dialect: str) -> Any:
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert(CallFollowUpRow).on_conflict_do_nothing().returning(CallFollowUpRow.call_id)
+def _insert_once(backend: Backend) -> Any:
+    return backend.insert(CallFollowUpRow).on_conflict_do_nothing().returning(CallFollowUpRow.call_id)
 
 
 def _follow_up(
@@ -197,7 +195,7 @@ def _follow_up(
     if row is None or row.status != CallStatus.PENDING:
         return False
     done = {"call_id": call_id, "step": step.value, "done_at": now}
-    if tx.session.execute(_insert_once(tx.session.dialect.name), done).one_or_none() is None:
+    if tx.session.execute(_insert_once(tx.backend), done).one_or_none() is None:
         return False  # another process made it first
     call = OpenCall.of(row)
     details: dict[str, Any] = {"due_at": due_at.isoformat(), "rule": call.rule_name, "version": call.rule_version}

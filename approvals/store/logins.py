@@ -17,8 +17,6 @@ import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..calls.actors import SYSTEM_ACTOR_ID
@@ -147,8 +145,7 @@ class LoginOps(StoreBase):
     async def _throttle_row(self, tx: Transaction[AsyncSession], key: str, now: dt.datetime) -> LoginThrottleRow:
         """The key's row, created if missing, locked for this transaction."""
         values = {"key": key, "failures": 0, "window_start": now, "lockouts": 0}
-        insert = pg_insert if self.db.is_postgres else sqlite_insert
-        await tx.session.execute(insert(LoginThrottleRow).values(**values).on_conflict_do_nothing())
+        await tx.session.execute(self.backend.insert(LoginThrottleRow).values(**values).on_conflict_do_nothing())
         row = await tx.session.scalar(
             select(LoginThrottleRow)
             .where(LoginThrottleRow.key == key)

@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, select
 
@@ -72,13 +72,6 @@ def failure_reason(error: str | None) -> str:
     return match.group(1).rsplit(".", 1)[-1] if match else "other"
 
 
-def _seconds(start: Any, end: Any, dialect: str) -> ColumnElement[float]:
-    """`end - start` in seconds, in each database's own words."""
-    if dialect == "postgresql":
-        return cast(ColumnElement[float], func.extract("epoch", end - start))
-    return (func.julianday(end) - func.julianday(start)) * 86400.0
-
-
 def _histogram_columns(seconds: ColumnElement[float]) -> list[Any]:
     cells: list[Any] = [func.sum(case((seconds <= bound, 1), else_=0)) for bound in BUCKETS]
     return [*cells, func.count(), func.coalesce(func.sum(seconds), 0.0)]
@@ -93,9 +86,9 @@ def _histogram(row: Sequence[Any]) -> Histogram:
 async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.datetime | None = None) -> MetricsSnapshot:
     """One scrape's numbers; `gate_engines`: the engines whose runs are gates (the core does not list them)."""
     now = now or dt.datetime.now(dt.UTC)
-    dialect = "postgresql" if db.is_postgres else "sqlite"
+    between = db.backend.seconds_between  # `end - start` in seconds, in each database's own words
     calls = ToolCallRow
-    waited = _seconds(calls.created_at, calls.decided_at, dialect)
+    waited = between(calls.created_at, calls.decided_at)
     by_person = and_(
         calls.decided_at.is_not(None),
         calls.decided_by.is_not(None),
@@ -157,7 +150,7 @@ async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.dateti
             .subquery()
         )
         # a resume followed by another (its worker died and another took the run over) never settled
-        settled = case((steps.c.next_action.in_(SETTLE_ACTIONS), _seconds(steps.c.at, steps.c.next_at, dialect)))
+        settled = case((steps.c.next_action.in_(SETTLE_ACTIONS), between(steps.c.at, steps.c.next_at)))
         durations = select(settled.label("seconds")).where(steps.c.action == "run.resumed")
         seconds = durations.subquery().c.seconds
         resume_row = (

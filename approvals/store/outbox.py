@@ -24,8 +24,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..exceptions import LeaseLost
@@ -83,8 +81,8 @@ class WebhookCursors:
                 "created_at": now,
                 "updated_at": now,
             }
-            insert = pg_insert if self.store.db.is_postgres else sqlite_insert
-            await tx.session.execute(insert(WebhookCursorRow).values(values).on_conflict_do_nothing())
+            cursor = self.store.backend.insert(WebhookCursorRow).values(values).on_conflict_do_nothing()
+            await tx.session.execute(cursor)
 
     async def take(self, endpoint: str, owner: str) -> CursorLease | None:
         """Lease the destination when nobody holds it (or its holder's lease expired); None while another holds it."""

@@ -16,13 +16,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, String, Text, and_, cast, exists, false, func, literal, or_, select, tuple_
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import ColumnElement, String, and_, cast, exists, false, func, or_, select, tuple_
 
 from ..calls.actors import Actor
 from ..calls.options import CallOptions, call_options, reviewer_refusal
+from ..calls.tools import ToolDefinition
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
-from ..engines.native.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
 from ..policy.rules import Kind
 from ._base import StoreBase
@@ -288,18 +287,7 @@ class Queries(StoreBase):
 
         `approver_groups` is JSON on SQLite (read with `json_each`) and JSONB on PostgreSQL (`?|`).
         """
-        column = ToolCallRow.approver_groups
-        if self.db.is_postgres:
-            unrouted = or_(column.is_(None), cast(column, Text).in_(("null", "[]")))
-            if not groups:
-                return unrouted
-            return or_(unrouted, column.op("?|")(literal(sorted(groups), ARRAY(Text))))
-        unrouted = func.coalesce(func.json_array_length(column), 0) == 0
-        if not groups:
-            return unrouted
-        each = func.json_each(column).table_valued("value")
-        mine = exists().select_from(each).where(each.c.value.in_(sorted(groups)))
-        return or_(unrouted, mine)
+        return self.backend.routed_to(ToolCallRow.approver_groups, groups)
 
     async def list_runs(
         self, *, status: str | None = None, agent_name: str | None = None, after: str | None = None, limit: int = 50

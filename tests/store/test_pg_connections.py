@@ -131,7 +131,7 @@ async def test_a_step_is_one_round_trip_a_claim_three_and_the_writes_that_audit_
     """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
     postgres_only(store)
     run_id, ids = await decided_shop_run(store, tmp_path)
-    store._stale_leases_checked_at = time.monotonic()  # no look for dead workers' runs now
+    store._stale_leases.checked_at = time.monotonic()  # no look for dead workers' runs now
     trace = tmp_path / "trace"
     monkeypatch.setattr(postgres, "pooled_connection", lambda db: traced(db, trace))
     costs = []

@@ -21,13 +21,13 @@ from sqlalchemy import Connection, insert
 from approvals.calls.states import RunStatus
 from approvals.calls.verdicts import Approve, Deny
 from approvals.engines.native.messages import ModelResponse, TextPart
-from approvals.store import Actor, Database, Store, lifecycle
+from approvals.store import Actor, Database, Store, claims
 from approvals.store._decision_sql import decide_statements
 from approvals.store._run_writes import Tx, apply_write
 from approvals.store._writes import RunEvent, RunWrite
 from approvals.store.audit import write_chained
 from approvals.store.backend import Transaction
-from approvals.store.lifecycle import _Claim, _claim_oldest
+from approvals.store.claims import Claim, claim_oldest
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow
 from approvals.worker.resumer import AgentRegistry, Resumer
@@ -70,7 +70,7 @@ async def test_direct_statements_store_what_sqlalchemy_stores(tmp_path: Path, mo
     await Resumer(store, AgentRegistry([shop_agent])).resume(run_id)
     calls = {call.tool_name: call for call in await store.run_calls(run_id)}
     await database.dispose()
-    monkeypatch.setattr(lifecycle, "utcnow", lambda: NOW)  # the claim's clock, the same for both
+    monkeypatch.setattr(claims, "utcnow", lambda: NOW)  # the claim's clock, the same for both
     refund = calls["refund"]
     step = ModelResponse(parts=[TextPart(content="Refunded; the customer stays.")], timestamp=NOW)
 
@@ -81,8 +81,8 @@ async def test_direct_statements_store_what_sqlalchemy_stores(tmp_path: Path, mo
         await run(
             copy, lambda tx: decide_statements(tx, calls["delete_customer"].id, Deny(reason="Keep them."), ALICE, NOW)
         )
-        ask = _Claim("w1", 60.0, run_id, None, {})
-        claimed = await run(copy, lambda tx: _claim_oldest(tx, ask))
+        ask = Claim("w1", 60.0, run_id, None, {})
+        claimed = await run(copy, lambda tx: claim_oldest(tx, ask))
         assert claimed.executing == {refund.tool_call_id}
         finish = RunWrite(
             run_id=run_id,
@@ -119,10 +119,10 @@ async def test_in_lists_of_any_length_bind_every_item(store: Store) -> None:
     for index in range(3):
         await store.start_run("shop", f"run {index}", actor=SERVICE)
     for agents in ([], ["nobody"], ["shop"], ["nobody", "else", "shop"]):
-        ask = _Claim("w1", 60.0, None, agents, {})
+        ask = Claim("w1", 60.0, None, agents, {})
 
-        def claim(tx: Tx, ask: _Claim = ask) -> object:
-            return _claim_oldest(tx, ask)
+        def claim(tx: Tx, ask: Claim = ask) -> object:
+            return claim_oldest(tx, ask)
 
         claimed = await store.run_statements(claim)
         assert (claimed is not None) == ("shop" in agents), agents

@@ -260,7 +260,7 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
     `stored_tool_versions` are the tool definitions known to be in this database already: a
     version's definition never changes, so they are not sent again.
     """
-    planned = write_steps(write, "postgresql", stored_tool_versions)
+    planned = write_steps(write, db.backend, stored_tool_versions)
     try:
         async with pipelined(db) as transaction:
             cursors = await transaction.send(planned.steps)

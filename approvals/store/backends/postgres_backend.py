@@ -25,7 +25,6 @@ from sqlalchemy import ARRAY, ColumnElement, Connection, Select, Text, func, lit
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.expression import Executable
 
 from ..._outage import Outage
@@ -33,15 +32,18 @@ from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ..audit import AuditEvent
 from ..backend import SelectT, Transaction
+from ..claims import Claim, ClaimedRun, StaleLeaseCheck
 from ..decision_rules import Decided
 from ..errors import describe
 from ..wakeups import check_channel
 from .notify import Notifier
 from .postgres import chain_and_wake, pg_run_write
+from .postgres_claim import pg_claim
 from .postgres_decisions import pg_decide
 
 if TYPE_CHECKING:
     from .._writes import RunWrite
+    from ..backend import UpsertInsert
     from .database import Database
 
 __all__ = ("CHAIN_CHUNK", "PostgresBackend", "PostgresNotifier")
@@ -60,7 +62,7 @@ class PostgresBackend:
 
     name = "postgresql"
 
-    def insert(self, table: Any) -> Insert:
+    def insert(self, table: Any) -> UpsertInsert:
         return pg_insert(table)
 
     def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
@@ -112,6 +114,9 @@ class PostgresBackend:
         self, db: Database, call_id: str, verdict: Verdict, actor: Actor, now: dt.datetime
     ) -> tuple[Decided, WakeUps]:
         return await pg_decide(db, call_id, verdict, actor, now), []
+
+    async def claim(self, db: Database, ask: Claim, stale_leases: StaleLeaseCheck) -> tuple[ClaimedRun | None, WakeUps]:
+        return await pg_claim(self, db, ask, stale_leases), []  # sent by the server at commit
 
     def notifier(self, db: Database) -> Notifier:
         return PostgresNotifier(db)

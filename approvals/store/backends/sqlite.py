@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import ColumnElement, Connection, Select, exists, func, or_
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.expression import Executable
 
 from ...calls.actors import Actor
@@ -25,11 +24,13 @@ from .._decision_sql import decide_statements
 from .._run_writes import apply_write
 from ..audit import write_chained
 from ..backend import SelectT, Transaction
+from ..claims import Claim, ClaimedRun, StaleLeaseCheck, claim_locked
 from ..decision_rules import Decided
 from .notify import Notifier
 
 if TYPE_CHECKING:
     from .._writes import RunWrite
+    from ..backend import UpsertInsert
     from .database import Database
 
 __all__ = ("SQLiteBackend",)
@@ -43,7 +44,7 @@ class SQLiteBackend:
 
     name = "sqlite"
 
-    def insert(self, table: Any) -> Insert:
+    def insert(self, table: Any) -> UpsertInsert:
         return sqlite_insert(table)
 
     def for_update(self, query: SelectT, *, skip_locked: bool = False) -> SelectT:
@@ -101,6 +102,9 @@ class SQLiteBackend:
         for column, value in plan.call_changes.items():
             setattr(facts.call, column, value)
         return Decided(facts.call, facts.run_trace_context), tx.announcements
+
+    async def claim(self, db: Database, ask: Claim, stale_leases: StaleLeaseCheck) -> tuple[ClaimedRun | None, WakeUps]:
+        return await claim_locked(self, db, ask)  # one query finds a ready run and a dead worker's alike
 
     def notifier(self, db: Database) -> Notifier:
         return Notifier(db)

@@ -81,13 +81,17 @@ QUICK_TESTS := not postgresql and not browser and not real_model and not chaos a
 
 # Bytecode is cached (in .venv, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set:
 # compiling every module again costs each Python process the tests start about 5 s.
-check: export PYTHONDONTWRITEBYTECODE :=
-check: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
+check test: export PYTHONDONTWRITEBYTECODE :=
+check test: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
 check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
 	$(RUN) pytest -n 2 -m "$(QUICK_TESTS)"
 
+# Most of the slow tests wait on processes they start (servers, CLIs, workers), so more xdist workers
+# than cores pay; --dist loadgroup keeps the tests that share an expensive fixture on one worker
+# (tests/conftest.py: the model server, a Chromium per module). TEST_WORKERS= to change.
+TEST_WORKERS ?= 4
 test: install browser llm-server clis lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
-	$(RUN) pytest --durations=25  # the slowest tests are printed, so a slow one is seen the day it lands
+	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25  # the slowest tests printed: a slow one is seen the day it lands
 
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).
 	CHAOS_TRIALS=$${CHAOS_TRIALS:-300} $(RUN) pytest -p no:cacheprovider tests/chaos

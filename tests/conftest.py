@@ -26,6 +26,7 @@ from argon2 import PasswordHasher
 
 from approvals import security
 
+from .databases import DATABASES
 from .llm_server import LocalModelServer, running_server
 
 TESTS = Path(__file__).resolve().parent
@@ -47,6 +48,18 @@ SLOW = (
     "tests/mcp_gateway/test_faults.py",
 )
 """Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
+SHARED_BY_MODULE = (
+    "tests/browser/",  # a Chromium per module
+    "tests/test_packaging.py",  # a wheel built, and a virtual environment installed from it
+    "tests/web/test_schemathesis.py",  # one served app
+    "tests/test_readme_api.py",  # one app
+)
+"""Modules whose tests share a module- or session-scoped fixture that is costly to build: under
+`--dist loadgroup` each runs whole on one xdist worker, so the fixture is built once."""
+CHAOS_REPORT = "chaos report"
+"""The user property tests/chaos/conftest.py puts each chaos session's numbers in."""
+CHAOS_REPORTS: list[str] = []
+"""The chaos sessions' numbers, from this process or an xdist worker, printed when the session ends."""
 SLOW_FIXTURES = {"core_only_venv"}
 """Fixtures that make any test using them slow (a virtual environment installed from PyPI)."""
 
@@ -80,6 +93,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("postgresql")
         if _is_slow(item):
             item.add_marker("slow")
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    """The tests that share an expensive fixture run on one xdist worker (`--dist loadgroup`): every
+    user of the model server on one (a server each would share the same 2 cores), a module of
+    SHARED_BY_MODULE on one; any other test is a group of its own, free to go anywhere."""
+    if "llm_server" in getattr(item, "fixturenames", ()):
+        return "llm_server"
+    module = item.nodeid.split("::", 1)[0]
+    if module.startswith(SHARED_BY_MODULE):
+        return module
+    return item.nodeid
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    CHAOS_REPORTS.extend(str(value) for name, value in report.user_properties if name == CHAOS_REPORT)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if CHAOS_REPORTS:
+        terminalreporter.section("chaos: workers killed with SIGKILL")
+        for report in CHAOS_REPORTS:
+            terminalreporter.write_line(report)
+
+
+def pytest_sessionfinish() -> None:
+    """Drop the PostgreSQL databases this process made (each xdist worker runs this for its own)."""
+    DATABASES.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,13 +14,12 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
@@ -35,6 +34,7 @@ from approvals_web.app import create_app
 from approvals_web.logging_setup import JSON_FIELDS, configure_logging
 from approvals_web.settings import Settings
 
+from .eventually import eventually
 from .fixtures.fake_slack import FakeSlack, running_fake_slack
 from .fixtures.smtp_server import SmtpServer, _Handler
 from .store.agents import email_agent
@@ -158,12 +158,6 @@ class LoginSmtp(SmtpServer):
         if isinstance(data, LoginPassword):
             self.logins.append((data.login, data.password))
         return AuthResult(success=ok)
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 15.0) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 async def running_app(settings: Settings) -> AsyncIterator[WebApp]:

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
+from ..eventually import eventually
 from ..processes import free_port
 from .conftest import GIT_SERVER, Approvals, Gateway
 from .test_gateway import READ_ONLY_RULES, _log, staged, text, while_waiting
@@ -215,15 +215,6 @@ anyio.run(main, *sys.argv[1:])
 """
 
 
-async def eventually(check: Callable[[], bool], what: str, seconds: float = 30) -> None:
-    """Return once `check()` holds, polling; fail saying `what` did not happen within `seconds`."""
-    with anyio.move_on_after(seconds):
-        while not check():
-            await anyio.sleep(0.05)
-        return
-    pytest.fail(f"{what} within {seconds:.0f} s")
-
-
 async def test_a_client_killed_over_streamable_http_while_its_call_waits_runs_nothing_once_approved(
     approvals: Approvals, gateway: Gateway, tmp_path: Path
 ) -> None:
@@ -248,7 +239,8 @@ async def test_a_client_killed_over_streamable_http_while_its_call_waits_runs_no
             await killed.wait()
         await eventually(
             lambda: "the MCP client left while git_commit waited" in gateway.log.read_text(),
-            f"the gateway did not notice its client left:\n{gateway.log.read_text()[-3000:]}\nThe gateway",
+            f"the gateway to notice its client left:\n{gateway.log.read_text()[-3000:]}\n",
+            seconds=30,
         )
         await approvals.decide(call.id, {"verdict": "approve"})
         assert (await approvals.call(call.id)).status == "approved"  # decided, and handed out to nobody

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..eventually import eventually_sync
 from ..processes import free_port, stop, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,9 +51,5 @@ def served(args: list[str], env: dict[str, str], log: Path, *, startup: float = 
 
 
 def wait_for(check: Callable[[], Any], what: str, *, seconds: float = 180.0) -> Any:
-    """Poll until `check()` returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + seconds
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-    return result
+    """Poll until `check()` returns something truthy (each check asks the served app); fail naming `what`."""
+    return eventually_sync(check, what, seconds=seconds, interval=0.3)

@@ -1,20 +1,16 @@
 """Databases for the store tests: every test runs on SQLite and on PostgreSQL.
 
 `APPROVALS_TEST_DATABASES` picks the backends (default "sqlite,postgresql");
-`APPROVALS_TEST_PG_URL` the PostgreSQL server (default the local one). Each session
-migrates one fresh database per backend with the real alembic scripts; each test then
-gets a copy (SQLite) or truncated tables (PostgreSQL).
+`APPROVALS_TEST_PG_URL` the PostgreSQL server (default the local one). Each process
+migrates one template per backend with the real alembic scripts; each test then gets a
+copy of it (tests/databases.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.pool import QueuePool
@@ -22,51 +18,43 @@ from sqlalchemy.pool import QueuePool
 from approvals import LeaseLost
 from approvals.store import Database, Store
 from approvals.store._writes import RunWrite
-from approvals.store.migrate import upgrade
-from approvals.store.models import Base
 
-PG_SERVER = os.environ.get("APPROVALS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-BACKENDS = [b.strip() for b in os.environ.get("APPROVALS_TEST_DATABASES", "sqlite,postgresql").split(",") if b.strip()]
+from ..databases import BACKENDS, DATABASES, PG_SERVER
 
-
-def _admin_conninfo() -> str:
-    return PG_SERVER
+__all__ = (
+    "BACKENDS",
+    "PG_SERVER",
+    "anyio_backend",
+    "connections_in_use",
+    "db_url",
+    "execute",
+    "postgres_url",
+    "record_refused_writes",
+    "sqlite_template",
+    "store",
+)
 
 
 @pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "approvals.db"
-    upgrade(f"sqlite:///{path}")
-    return path
+def sqlite_template() -> Path:
+    """The migrated SQLite file every SQLite test's database is a copy of (do not write to it)."""
+    return Path(DATABASES.template("sqlite").location)
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    name = f"approvals_test_{uuid.uuid4().hex[:10]}"
-    try:
-        with psycopg.connect(_admin_conninfo(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {PG_SERVER} ({exc}); start it or set APPROVALS_TEST_DATABASES=sqlite"
-        )
-    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    """A migrated PostgreSQL database of the test's own, dropped after it."""
+    url, _ = DATABASES.fresh("postgresql", tmp_path)
     yield url
-    with psycopg.connect(_admin_conninfo(), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    DATABASES.release(url)
 
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated database of the test's own, on each backend in turn."""
     if request.param == "sqlite":
-        path = tmp_path / "approvals.db"
-        shutil.copy(request.getfixturevalue("sqlite_template"), path)
-        return f"sqlite:///{path}"
+        return DATABASES.fresh("sqlite", tmp_path)[0]
     url: str = request.getfixturevalue("postgres_url")
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
     return url
 
 

@@ -29,6 +29,7 @@ from approvals.store.errors import is_transient
 from approvals.store.migrate import upgrade
 from approvals.worker.resumer import AgentRegistry, run_worker
 
+from ..eventually import eventually
 from ..pg_cluster import own_cluster
 from .agents import email_agent, shop_agent
 from .outage_agents import garbage_agent, gated_agent, nul_result_agent
@@ -47,16 +48,16 @@ def registry() -> AgentRegistry:
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60) -> None:
     """Poll `check` until it is true; transient database errors count as "not yet"."""
-    with anyio.fail_after(seconds):
-        while True:
-            try:
-                if await check():
-                    return
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-            await anyio.sleep(0.05)
-    raise AssertionError(what)
+
+    async def holds() -> bool:
+        try:
+            return await check()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            return False
+
+    await eventually(holds, what, seconds=seconds, interval=0.05)
 
 
 async def retrying(operation: Callable[[], Awaitable[T]], seconds: float = 60) -> T:

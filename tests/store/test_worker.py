@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -13,6 +13,8 @@ from approvals import Agent, RunContext
 from approvals.engines.native.models import TestModel
 from approvals.store import Actor, Store
 from approvals.worker.resumer import AgentRegistry, run_worker
+
+from ..eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -58,12 +60,6 @@ async def start_runs(store: Store, count: int) -> list[str]:
     return [await store.start_run("gated", f"run {i}", actor=SERVICE) for i in range(count)]
 
 
-async def wait_until(condition: Callable[[], bool]) -> None:
-    with anyio.fail_after(20):
-        while not condition():
-            await anyio.sleep(0.01)
-
-
 @asynccontextmanager
 async def worker(store: Store, gate: Gate, concurrency: int, stop: anyio.Event) -> AsyncIterator[anyio.Event]:
     """A worker in the background; the yielded event is set once `run_worker` has returned."""
@@ -90,13 +86,13 @@ async def test_a_worker_continues_up_to_its_concurrency_at_once(store: Store) ->
     run_ids = await start_runs(store, 5)
     gate = Gate()
     async with worker(store, gate, 3, anyio.Event()):
-        await wait_until(lambda: gate.inside == 3)
+        await eventually(lambda: gate.inside == 3, seconds=20, interval=0.01)
         await anyio.sleep(0.3)  # room for a fourth run to be claimed, were the limit not kept
         assert gate.inside == 3
         assert sorted(await statuses(store, run_ids)) == ["ready", "ready", "resuming", "resuming", "resuming"]
 
         gate.opened.set()
-        await wait_until(lambda: gate.entered == 5)
+        await eventually(lambda: gate.entered == 5, seconds=20, interval=0.01)
         with anyio.fail_after(20):
             while await statuses(store, run_ids) != ["completed"] * 5:
                 await anyio.sleep(0.02)
@@ -110,7 +106,7 @@ async def test_stopping_lets_the_runs_in_progress_finish_and_claims_no_more(stor
     gate = Gate()
     stop = anyio.Event()
     async with worker(store, gate, 2, stop) as returned:
-        await wait_until(lambda: gate.inside == 2)
+        await eventually(lambda: gate.inside == 2, seconds=20, interval=0.01)
         stop.set()
         await anyio.sleep(0.2)
         assert not returned.is_set()  # the two runs in progress are not abandoned

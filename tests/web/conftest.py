@@ -1,27 +1,31 @@
 """The web app under test: real HTTP through the ASGI app, on SQLite and PostgreSQL.
 
 `web` gives a running app (lifespan entered, no in-process worker unless a test asks)
-with four users and helpers to log in or call the API with a bearer token.
+with four users and helpers to log in or call the API with a bearer token. The users and
+tokens are made once per process, in a template database a test that asks for `web` gets a
+copy of (tests/databases.py), not once per test.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from approvals.store import SYSTEM, Store
+from approvals.store import SYSTEM, Database, Store
 from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
+from ..databases import BACKENDS, DATABASES
 from ..store.agents import email_agent, shop_agent
-from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
+from ..store.conftest import postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 
 PASSWORDS = {"alice": "alice-pw-1234", "bob": "bob-pw-1234", "victor": "victor-pw-1234", "ada": "ada-pw-1234"}
 ROLES = {"alice": "reviewer", "bob": "reviewer", "victor": "viewer", "ada": "admin"}
@@ -60,16 +64,44 @@ class WebApp:
         return self.client(headers={"Authorization": f"Bearer {self.tokens[role]}"})
 
 
+async def seed_users(url: str) -> dict[str, str]:
+    """The users of ROLES and, per role, a person with a bearer token (each token is a person's own, as
+    reviewers' tokens must be); the tokens by role."""
+    database = Database(url)
+    try:
+        store = Store(database)
+        for name, role in ROLES.items():
+            await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
+        tokens = {}
+        for role in ("viewer", "reviewer", "admin"):
+            await store.create_user(f"api-{role}", PASSWORDS["alice"], role=role, actor=SYSTEM)
+            tokens[role] = await store.create_token(f"{role}-token", role=role, actor=SYSTEM, user=f"api-{role}")
+        return tokens
+    finally:
+        await database.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The store tests' `db_url`; for a test that uses `web_tokens` (through `web`), a copy of the
+    database with the users and tokens already in it."""
+    seed = ("web-users", seed_users) if "web_tokens" in request.fixturenames else ("", None)
+    url, _ = DATABASES.fresh(request.param, tmp_path, *seed)
+    yield url
+    DATABASES.release(url)
+
+
 @pytest.fixture
-async def web(db_url: str) -> AsyncIterator[WebApp]:  # noqa: F811 - the shared fixture
+def web_tokens(db_url: str) -> dict[str, str]:
+    """Role name -> a bearer token of the person `seed_users` made with that role, in `db_url`."""
+    backend = "sqlite" if db_url.startswith("sqlite") else "postgresql"
+    return dict(DATABASES.template(backend, "web-users").seeded)
+
+
+@pytest.fixture
+async def web(db_url: str, web_tokens: dict[str, str]) -> AsyncIterator[WebApp]:
     registry = AgentRegistry([shop_agent, email_agent])
     app = create_app(Settings(database_url=db_url, worker=False, secret_key="test-secret"), registry=registry)
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
-        for name, role in ROLES.items():
-            await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
-        tokens = {}
-        for role in ("viewer", "reviewer", "admin"):  # each token is a person's own, as reviewers' tokens must be
-            await store.create_user(f"api-{role}", PASSWORDS["alice"], role=role, actor=SYSTEM)
-            tokens[role] = await store.create_token(f"{role}-token", role=role, actor=SYSTEM, user=f"api-{role}")
-        yield WebApp(app=app, store=store, tokens=tokens)
+        yield WebApp(app=app, store=store, tokens=web_tokens)

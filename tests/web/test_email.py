@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import functools
 import html
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from approvals.store import SYSTEM, Actor
 from approvals.store.outbox import WebhookCursors
 from approvals_web.webhooks import deliver_webhooks
 
+from ..eventually import eventually
 from ..fixtures.smtp_server import Delivered, SmtpServer, smtp_server
 from .conftest import PASSWORDS, WebApp
 from .test_gate import asking_client, gate_call
@@ -93,12 +94,6 @@ async def mailing(web: WebApp, smtp: SmtpServer, **settings: Any) -> AsyncIterat
         await group.start(functools.partial(deliver_webhooks, replaced, stop, **options))
         yield
         stop.set()
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 async def gate_refund(web: WebApp, key: str, amount: float = 120, order_id: str | None = None) -> str:

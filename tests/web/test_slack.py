@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
+from ..eventually import eventually
 from ..fixtures.fake_slack import FakeSlack, SlackMessage, running_fake_slack
 from ..store.agents import email_agent, shop_agent
 from .conftest import PASSWORDS, ROLES, WebApp
@@ -96,12 +97,6 @@ async def running_app(settings: Settings) -> AsyncIterator[WebApp]:
         await eventually(lambda: health.destinations.get("slack") is not None)
         await eventually(lambda: health.destinations["slack"].state == "delivering")
         yield WebApp(app=app, store=store)
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 15.0) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 async def paused_run(web: WebApp, tmp_path: Path, agent: str = "shop") -> dict[str, ToolCallRow]:

@@ -40,6 +40,7 @@ from approvals_web.app import create_app
 from approvals_web.settings import Settings
 from approvals_web.webhooks import deliver_webhooks
 
+from ..eventually import eventually, eventually_sync
 from ..processes import free_port, wait_until_answering
 from ..processes import stop as stop_process
 from ..store.agents import email_agent, shop_agent
@@ -146,12 +147,6 @@ async def delivering(web: WebApp, urls: list[str], secret: str | None = SECRET, 
         )
         yield
         stop.set()
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 async def failed_run(store: Store, error: str) -> str:
@@ -548,10 +543,7 @@ def make_failed_runs(db_url: str, errors: list[str]) -> list[str]:
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    eventually_sync(check, "the served processes' deliveries", seconds=seconds)
 
 
 def test_two_served_processes_with_a_restart_deliver_every_event_once_in_order(

@@ -28,6 +28,8 @@ from approvals.store.models import AuditEventRow, WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 from approvals.worker import Deliverer, DelivererHealth
 
+from ..eventually import eventually
+
 pytestmark = pytest.mark.anyio
 
 PING = "test.ping"
@@ -128,12 +130,6 @@ async def delivering(deliverer: Deliverer) -> AsyncIterator[anyio.Event]:
                 yield stop
             finally:
                 stop.set()
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.01)
 
 
 async def cursor(store: Store, destination_id: str = "test:destination") -> WebhookCursorRow:

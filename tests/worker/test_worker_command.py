@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +19,7 @@ from approvals.store import Database, Store
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 
+from ..eventually import eventually_sync
 from ..web.test_webhooks import SECRET, Receiver, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,11 +38,13 @@ def on(db_url: str, action: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def wait_for(check: Callable[[], bool], process: subprocess.Popen[str], seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
+    """`check` holds; fail at once if the worker exited."""
+
+    def holds() -> bool:
         assert process.poll() is None, "the worker exited"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+        return check()
+
+    eventually_sync(holds, "the worker", seconds=seconds)
 
 
 async def a_failed_run_event(store: Store) -> None:

@@ -15,9 +15,11 @@ the store's tables.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeAlias, TypeVar
 
 import anyio
@@ -28,18 +30,21 @@ from . import tracing
 from .calls import CallRequest, validate_request, validate_with_schema
 from .calls.bounded_jsonschema import TooCostly, quick_pass
 from .calls.canonical import digest
+from .calls.options import CallOptions, CallRefusal
 from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.tools import ArgsValidator
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
-from .engines.native.messages import ModelRequest, ModelResponse, as_approvals_messages
+from .engines.view import ModelRequest, ModelResponse, as_view
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
 from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
 from .store import RUNS_CHANNEL, Actor, DryRun, LoginAttempt, Store
-from .store.email_links import LinkProblem
+from .store.email_links import LinkProblem, link_problem
 from .store.errors import is_transient
 from .store.models import AuditEventRow, DecisionRow, EmailLinkRow, RunRow, ToolCallRow, UserRow
+from .store.queries import ReviewFacts
+from .store.reviewer_identity import actor_for
 from .worker.resumer import AgentRegistry, Resumer
 
 __all__ = (
@@ -48,7 +53,10 @@ __all__ = (
     "Call",
     "Decision",
     "EmailLink",
+    "EmailLinkRefused",
+    "EmailLinkUse",
     "FlaggedRule",
+    "LinkRefusal",
     "LinkUsed",
     "Login",
     "Run",
@@ -96,6 +104,43 @@ class FlaggedRule:
 
     rule: StoredRule
     flags: list[str]
+
+
+class LinkRefusal(enum.Enum):
+    """Why an e-mail link that is itself good (`LinkProblem`: unknown, used, expired) decides nothing now."""
+
+    RECIPIENT_GONE = "recipient_gone"
+    """The account it was sent to is disabled or gone."""
+    DECIDED = "decided"
+    """The call is no longer open."""
+    ARGS_CHANGED = "args_changed"
+    """The arguments were edited after the mail was sent: its links no longer apply."""
+    ALREADY_APPROVED = "already_approved"
+    """The recipient's approval is counted already (a quorum still waits for others)."""
+    NOT_ALLOWED = "not_allowed"
+    """The recipient may not decide this call (its options say why)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmailLinkUse:
+    """An e-mail link that would decide now: its call, its recipient deciding through e-mail, and their options."""
+
+    link: EmailLink
+    call: Call
+    actor: Actor
+    options: CallOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmailLinkRefused:
+    """An e-mail link that decides nothing now, and why."""
+
+    problem: LinkProblem | LinkRefusal
+    link: EmailLink | None = None
+    call: Call | None = None
+    """The call, when the link names one that exists."""
+    why_not: str | None = None
+    """The recipient's options' own words, for `ALREADY_APPROVED` and `NOT_ALLOWED`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,6 +285,46 @@ class ApprovalService:
         """Record what came of an approved call an agent ran elsewhere (only its asker or an admin may)."""
         return await self.store.settle_call(call_id, outcome, result, actor=actor)
 
+    async def check_email_link(self, token: str, *, now: dt.datetime | None = None) -> EmailLinkUse | EmailLinkRefused:
+        """What the link `token` would do for its recipient now, or why nothing (the links' rules, in one place).
+
+        A link decides only while it is unused and unexpired, its recipient's account is enabled,
+        the call is open with the arguments the mail showed, and the recipient may take its action.
+        """
+        link = await self.store.email_link(token)
+        if link is None:
+            return EmailLinkRefused(problem=LinkProblem.UNKNOWN)
+        try:
+            call = await self.store.get_call(link.call_id)
+        except NotFound:
+            return EmailLinkRefused(problem=LinkProblem.UNKNOWN, link=link)
+        refused = partial(EmailLinkRefused, link=link, call=call)
+        problem = link_problem(link, now or dt.datetime.now(dt.UTC))
+        if problem is not None:
+            return refused(problem=problem)
+        try:
+            actor = actor_for(await self.store.get_user(link.username))
+        except NotFound:
+            actor = None
+        if actor is None:
+            return refused(problem=LinkRefusal.RECIPIENT_GONE)
+        if not call.is_open:
+            return refused(problem=LinkRefusal.DECIDED)
+        if call.current_digest != link.args_digest:
+            return refused(problem=LinkRefusal.ARGS_CHANGED)
+        actor = replace(actor, channel="email")
+        facts = (await self.store.review_facts([call.id])).get(call.id) or ReviewFacts(started_by=None, standing={})
+        may = facts.options(actor, call)
+        if link.action == "approve":
+            refusal, why_not = may.approve_refusal, may.why_not_approve
+        else:
+            refusal, why_not = may.decide_refusal, may.why_not_decide
+        if refusal is CallRefusal.ALREADY_APPROVED:
+            return refused(problem=LinkRefusal.ALREADY_APPROVED, why_not=why_not)
+        if why_not is not None:
+            return refused(problem=LinkRefusal.NOT_ALLOWED, why_not=why_not)
+        return EmailLinkUse(link=link, call=call, actor=actor, options=may)
+
     async def decide_by_email_link(self, token: str, verdict: Verdict, *, actor: Actor, call_id: str) -> Call:
         """Use a single-use e-mail link: claim it (one of any number of clicks wins), then decide as its recipient.
 
@@ -283,7 +368,7 @@ class ApprovalService:
 
     async def history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """A run's stored conversation in our message types, whichever engine ran it."""
-        return as_approvals_messages(await self.store.load_history(run_id))
+        return as_view(await self.store.load_history(run_id))
 
     # -- rules --------------------------------------------------------------------------------
 

@@ -23,8 +23,6 @@ leaves the link as it was.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import json
 from typing import Annotated, Any
 
@@ -32,14 +30,12 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 
 from approvals.calls.actors import Actor
-from approvals.calls.options import CallOptions, CallRefusal
+from approvals.calls.options import CallOptions
 from approvals.calls.verdicts import Approve, Deny, Verdict
 from approvals.channels.call_summary import call_url, decided_sentence, quorum_sentence
-from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
-from approvals.service import Call, EmailLink, LinkUsed
-from approvals.store.email_links import LinkProblem, link_problem
-from approvals.store.queries import ReviewFacts
-from approvals.store.reviewer_identity import actor_for
+from approvals.exceptions import Conflict, Forbidden, UserError
+from approvals.service import Call, EmailLink, EmailLinkUse, LinkRefusal, LinkUsed
+from approvals.store.email_links import LinkProblem
 
 from ..auth import ContextDep
 from ..context import AppContext
@@ -95,40 +91,25 @@ def _outcome(
 
 async def _checked(context: AppContext, token: str) -> tuple[EmailLink, Actor, Call, CallOptions]:
     """The link, its recipient as an actor, its call and what they may do: or the `Refusal` to show instead."""
-    link = await context.store.email_link(token)
-    if link is None:
-        raise Refusal(*_LINK_PROBLEMS[LinkProblem.UNKNOWN])
-    try:
-        call = await context.store.get_call(link.call_id)
-    except NotFound:
-        raise Refusal(*_LINK_PROBLEMS[LinkProblem.UNKNOWN]) from None
-    problem = link_problem(link, dt.datetime.now(dt.UTC))
-    if problem is not None:
-        raise Refusal(*_LINK_PROBLEMS[problem], call)
-    try:
-        actor = actor_for(await context.store.get_user(link.username))
-    except NotFound:
-        actor = None
-    if actor is None:
-        detail = f"The account {link.username!r} this link was sent to is disabled or gone, so it decides nothing."
-        raise Refusal(403, "Not allowed", detail, call)
-    actor = dataclasses.replace(actor, channel="email")
-    if not call.is_open:
-        raise Refusal(409, "Already decided", f"{decided_sentence(call)}. Nothing was changed.", call)
-    if call.current_digest != link.args_digest:
-        raise _changed(call)
-    facts = (await context.store.review_facts([call.id])).get(call.id) or ReviewFacts(started_by=None, standing={})
-    may = facts.options(actor, call)
-    refusal, why_not = (
-        (may.approve_refusal, may.why_not_approve)
-        if link.action == "approve"
-        else (may.decide_refusal, may.why_not_decide)
-    )
-    if refusal is CallRefusal.ALREADY_APPROVED:
-        raise Refusal(409, "Already approved", why_not or "", call)
-    if why_not is not None:
-        raise Refusal(403, "Not allowed", why_not, call)
-    return link, actor, call, may
+    found = await context.service.check_email_link(token)
+    if isinstance(found, EmailLinkUse):
+        return found.link, found.actor, found.call, found.options
+    call, problem = found.call, found.problem
+    match problem:
+        case LinkProblem():
+            raise Refusal(*_LINK_PROBLEMS[problem], call)
+        case LinkRefusal.RECIPIENT_GONE:
+            username = found.link.username if found.link is not None else ""
+            detail = f"The account {username!r} this link was sent to is disabled or gone, so it decides nothing."
+            raise Refusal(403, "Not allowed", detail, call)
+        case LinkRefusal.DECIDED if call is not None:
+            raise Refusal(409, "Already decided", f"{decided_sentence(call)}. Nothing was changed.", call)
+        case LinkRefusal.ARGS_CHANGED if call is not None:
+            raise _changed(call)
+        case LinkRefusal.ALREADY_APPROVED:
+            raise Refusal(409, "Already approved", found.why_not or "", call)
+        case _:  # NOT_ALLOWED
+            raise Refusal(403, "Not allowed", found.why_not or "", call)
 
 
 def _changed(call: Call) -> Refusal:

@@ -35,7 +35,7 @@ from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.tools import ArgsValidator
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
-from .engines.view import ModelRequest, ModelResponse, as_view
+from .engines.native.messages import ModelRequest, ModelResponse, as_approvals_messages
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
 from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
@@ -368,7 +368,7 @@ class ApprovalService:
 
     async def history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """A run's stored conversation in our message types, whichever engine ran it."""
-        return as_view(await self.store.load_history(run_id))
+        return as_approvals_messages(await self.store.load_history(run_id))
 
     # -- rules --------------------------------------------------------------------------------
 

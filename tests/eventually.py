@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 @overload
 async def eventually(
-    check: Callable[[], Awaitable[T]],
+    check: Callable[[], Awaitable[T | None]],
     what: str = ...,
     *,
     seconds: float = ...,
@@ -32,7 +32,7 @@ async def eventually(
 ) -> T: ...
 @overload
 async def eventually(
-    check: Callable[[], T],
+    check: Callable[[], T | None],
     what: str = ...,
     *,
     seconds: float = ...,
@@ -65,7 +65,7 @@ async def eventually(
 
 
 def eventually_sync(
-    check: Callable[[], T], what: str = "the condition to hold", *, seconds: float = 15.0, interval: float = 0.05
+    check: Callable[[], T | None], what: str = "the condition to hold", *, seconds: float = 15.0, interval: float = 0.05
 ) -> T:
     """What `check()` returns once it is truthy, polling from this thread; fail saying `what` did not happen
     within `seconds`."""

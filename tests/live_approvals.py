@@ -6,7 +6,6 @@ CLIs' hooks (tests/clis) and the MCP gateway (tests/mcp_gateway).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import pytest
 from approvals.store import SYSTEM
 from approvals.store.models import ToolCallRow
 
+from .eventually import eventually_sync
 from .live_server import LiveServer
 
 __all__ = ("REVIEWER", "Approvals", "accounts")
@@ -59,19 +59,18 @@ class Approvals:
 
     def wait_for_pending(self, running: Future[Any], *, seconds: float = 60) -> ToolCallRow:
         """The one call the client waits on, once it is stored; fail if the client ended first."""
-        deadline = time.monotonic() + seconds
-        while True:
-            pending = self.pending()
-            if pending:
+
+        def stored() -> ToolCallRow | None:
+            if pending := self.pending():
                 [call] = pending
                 return call
             if running.done():
                 result = running.result()
                 told = result.describe() if hasattr(result, "describe") else repr(result)
                 pytest.fail(f"the client ended without a pending call:\n{told}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no call was pending after {seconds:.0f} s")
-            time.sleep(0.1)
+            return None
+
+        return eventually_sync(stored, "a pending call", seconds=seconds, interval=0.1)
 
     def call_actions(self, run_id: str) -> list[str]:
         """The audit log's `call.*` actions in run `run_id` (a gate session), oldest first."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+from .eventually import eventually_sync
 
 __all__ = ("free_port", "stop", "wait_until_answering")
 
@@ -22,17 +24,19 @@ def free_port() -> int:
 
 def wait_until_answering(process: subprocess.Popen[bytes], url: str, log: Path, *, seconds: float) -> None:
     """Return once GET `url` answers 200; fail with the end of `log` if the process exits or time runs out."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+
+    def answering() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"{process.args!r} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
+            return httpx.get(url, timeout=2.0).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer within {seconds:.0f} s:\n{log.read_text()[-3000:]}")
+            return False
+
+    try:
+        eventually_sync(answering, f"{url} to answer", seconds=seconds, interval=0.2)
+    except pytest.fail.Exception as timed_out:
+        raise AssertionError(f"{timed_out}:\n{log.read_text()[-3000:]}") from None
 
 
 def stop(process: subprocess.Popen[bytes], *, grace: float = 30.0) -> None:

@@ -11,10 +11,10 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import anyio
 import pytest
 from playwright.sync_api import Page
 
+from ..eventually import eventually
 from ..live_server import LiveServer
 from .agents import PROMPT
 
@@ -73,6 +73,7 @@ def test_a_page_elsewhere_cannot_frame_a_call_and_click_approve(
 
 
 async def _until_paused(server: LiveServer, run_id: str) -> None:
-    with anyio.fail_after(30):
-        while (await server.store.get_run(run_id)).status != "awaiting_approval":
-            await anyio.sleep(0.05)
+    async def paused() -> bool:
+        return (await server.store.get_run(run_id)).status == "awaiting_approval"
+
+    await eventually(paused, f"run {run_id} to pause", seconds=30, interval=0.05)

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from fastmcp.client.transports import StdioTransport
 from approvals.store.models import ToolCallRow
 from approvals.worker.resumer import AgentRegistry
 
+from ..eventually import eventually
 from ..live_approvals import accounts
 from ..live_server import LiveServer, serving
 from ..processes import free_port, stop
@@ -58,12 +58,7 @@ class Approvals:
 
     async def pending_call(self, *, seconds: float = 30) -> ToolCallRow:
         """The one call waiting for a person, once it is stored."""
-        deadline = time.monotonic() + seconds
-        while not (pending := await self.calls("pending")):
-            if time.monotonic() > deadline:
-                pytest.fail(f"no call was pending after {seconds:.0f} s")
-            await anyio.sleep(0.05)
-        [call] = pending
+        [call] = await eventually(lambda: self.calls("pending"), "a pending call", seconds=seconds, interval=0.05)
         return call
 
     async def call(self, call_id: str) -> ToolCallRow:
@@ -205,16 +200,13 @@ def _tail(log: Path) -> str:
 
 
 async def _until_listening(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    async def listening() -> bool:
         if process.poll() is not None:
             pytest.fail(f"the gateway exited with {process.returncode}:\n{_tail(log)}")
-        try:
-            async with await anyio.connect_tcp("127.0.0.1", port):
-                return
-        except OSError:
-            await anyio.sleep(0.1)
-    pytest.fail(f"the gateway did not listen within 30 s:\n{_tail(log)}")
+        async with await anyio.connect_tcp("127.0.0.1", port):
+            return True
+
+    await eventually(listening, "the gateway to listen", seconds=30, interval=0.1, ignoring=(OSError,))
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from approvals.worker.resumer import AgentRegistry
 
 from .. import live_approvals
 from ..clis.cli_process import clis_dir, find_binary
+from ..eventually import eventually_sync
 from ..live_approvals import REVIEWER, accounts
 from ..live_server import serving
 
@@ -72,13 +72,12 @@ class Approvals(live_approvals.Approvals):
 
     def wait_for_status(self, call_id: str, *statuses: str, seconds: float = 30) -> ToolCallRow:
         """The call once its status is one of `statuses` (the gateway reports outcomes after answering)."""
-        deadline = time.monotonic() + seconds
-        while True:
+
+        def settled() -> ToolCallRow | None:
             call = self.server.call(self.server.store.get_call(call_id))
-            if call.status in statuses:
-                return call
-            assert time.monotonic() < deadline, f"call {call_id} is still {call.status}, not one of {statuses}"
-            time.sleep(0.1)
+            return call if call.status in statuses else None
+
+        return eventually_sync(settled, f"call {call_id} to be one of {statuses}", seconds=seconds, interval=0.1)
 
     def allow(self, name: str, tool: str = "*", *, when: str | None = None, engine: str = "mcp") -> None:
         """A standing rule that lets the gateway's calls of `tool` (and `when`) run unasked."""

@@ -2,7 +2,7 @@
 
 Through SQLAlchemy's session every statement costs a round trip and most of a millisecond
 of Python, and a claim or a step is five to ten statements. Here a transaction's
-statements, SQLAlchemy Core compiled once for psycopg (`_decision_sql.for_psycopg`), are
+statements, SQLAlchemy Core compiled once for psycopg and prepared (`postgres_statements`), are
 sent together on a connection kept in autocommit mode (`postgres_connections`), between a
 BEGIN and a COMMIT that are statements of the pipeline too:
 
@@ -35,18 +35,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import psycopg
-from sqlalchemy import bindparam
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.selectable import HasCTE
-from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 from sqlalchemy.util import greenlet_spawn
 
-from .._decision_sql import PsycopgStatement, audit_and_wake_params, for_psycopg
+from .._decision_sql import audit_and_wake_params
 from .._run_writes import RUN_STATUS, NotHeld, Rows, Step, write_steps
 from .._writes import RunWrite, lease_lost
 from ..decision_rules import DecisionPlan
+from .postgres_statements import PREPARE, positional
 
 if TYPE_CHECKING:
     from ..audit import AuditEvent
@@ -56,7 +54,6 @@ __all__ = (
     "Cursors",
     "PipelinedTransaction",
     "chain_and_wake",
-    "compiled",
     "fetched",
     "pg_rows",
     "pg_run_write",
@@ -116,22 +113,6 @@ def chain_and_wake(
     return audit_and_wake_params(plan)
 
 
-@cache
-def compiled(statement: Executable) -> PsycopgStatement:
-    """`statement` as psycopg runs it (`for_psycopg`), compiled once.
-
-    Its named parameters are made optional first: psycopg gets the SQL alone, and each
-    execution supplies them all (compiling for psycopg renders the statement's own values).
-    """
-
-    def optional(element: Any, **_: Any) -> Any:
-        if isinstance(element, BindParameter) and element.required:
-            return bindparam(element.key, None, type_=element.type)
-        return None
-
-    return for_psycopg(cast(Executable, replacement_traverse(cast(ExternallyTraversible, statement), {}, optional)))
-
-
 Cursors = list[psycopg.AsyncCursor[Any] | None]
 """The cursors of queued steps; None for a step that returns no rows."""
 
@@ -172,15 +153,17 @@ class PipelinedTransaction:
                 with_next = step
                 cursors.append(None)
                 continue
-            statement = compiled(step.statement if with_next is None else _with(with_next.statement, step.statement))
+            statement = positional(step.statement if with_next is None else _with(with_next.statement, step.statement))
             with_next = None
             if not isinstance(step.params, Mapping):
-                await self._quiet.executemany(statement.sql, [statement.params(row) for row in step.params])
+                await self._quiet.executemany(statement.sql, [statement.args(row) for row in step.params])
             elif step.returns:
-                cursors.append(await self.connection.execute(statement.sql, statement.params(step.params)))
+                cursors.append(
+                    await self.connection.execute(statement.sql, statement.args(step.params), prepare=PREPARE)
+                )
                 continue
             else:
-                await self._quiet.execute(statement.sql, statement.params(step.params))
+                await self._quiet.execute(statement.sql, statement.args(step.params), prepare=PREPARE)
             cursors.append(None)
         return cursors
 
@@ -198,14 +181,28 @@ class PipelinedTransaction:
         chained = chain_and_wake(events, announcements)
         if chained is not None:
             audit, params = chained
-            statement = for_psycopg(audit)
-            await self._quiet.execute(statement.sql, statement.params(params))
+            statement = positional(audit)
+            await self._quiet.execute(statement.sql, statement.args(params), prepare=PREPARE)
         await self._quiet.execute(_COMMIT)
         self.ended = True
 
     async def roll_back(self, then: Sequence[Step] = ()) -> Cursors:
-        """Queue ROLLBACK, then `then` outside any transaction: the block's end sends them; their cursors."""
+        """Queue ROLLBACK, then `then` outside any transaction: the block's end sends them; their cursors.
+
+        psycopg forgets the connection's prepared statements at every ROLLBACK (the server
+        deallocates them at its next statement): a transaction that changed nothing ends
+        with `end_unchanged` instead.
+        """
         await self._quiet.execute(_ROLLBACK)
+        self.ended = True
+        return await self.send(then)
+
+    async def end_unchanged(self, then: Sequence[Step] = ()) -> Cursors:
+        """End a transaction whose statements changed nothing (a claim that leased no run), then queue `then`.
+
+        COMMIT, which for such a transaction is what ROLLBACK is, and keeps the prepared statements.
+        """
+        await self._quiet.execute(_COMMIT)
         self.ended = True
         return await self.send(then)
 

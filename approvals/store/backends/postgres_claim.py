@@ -84,8 +84,9 @@ async def _lease_ready(
             results = await transaction.run(steps) if steps else []
             claimed, events = claimed_run(run, lease_end, history_from, ask.worker_id, now, results)
             await transaction.commit(events, [(RUNS_CHANNEL, run.id)])
-        elif look_for_stale:
-            looked = await transaction.roll_back(then=[stale_lease_step(ask, now, backend)])
+        else:  # it leased nothing: COMMIT keeps the connection's prepared statements, where ROLLBACK drops them
+            then = [stale_lease_step(ask, now, backend)] if look_for_stale else []
+            looked = await transaction.end_unchanged(then=then)
     if leased:
         return claimed, None
     [found] = await fetched(looked) if looked else [[]]

@@ -7,7 +7,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engines.native._run_context import RunContext
     from .engines.native.agent import Agent, AgentRunResult
     from .engines.native.deferred import (
         DeferredToolCall,
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
         ToolApproved,
         ToolDenied,
     )
-    from .engines.native.tools import INHERIT, Tool, ToolDefinition, ToolReturn, tool
+    from .engines.native.tools import INHERIT, RunContext, Tool, ToolDefinition, ToolReturn, tool
     from .engines.native.toolsets import FunctionToolset
     from .engines.native.usage import UsageLimits
     from .exceptions import (
@@ -97,7 +96,7 @@ _HOMES = {
     "ModelHTTPError": "approvals.exceptions",
     "ModelRetry": "approvals.exceptions",
     "NotFound": "approvals.exceptions",
-    "RunContext": "approvals.engines.native._run_context",
+    "RunContext": "approvals.engines.native.tools",
     "Tool": "approvals.engines.native.tools",
     "ToolAnswered": "approvals.engines.native.deferred",
     "ToolApproved": "approvals.engines.native.deferred",

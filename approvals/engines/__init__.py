@@ -1,8 +1,9 @@
 """Engines: the kinds of agent that ask for approvals, registered by name (see `base`).
 
 Resumable engines own a run loop our worker continues from stored history (our own agent
-framework, pydantic-ai); gates put approvals in front of an agent that runs elsewhere and
-waits for the decision itself. The core never imports an optional engine: the registry
+framework, pydantic-ai), through the seam in `seam` (what a new engine's author writes is
+said there); gates put approvals in front of an agent that runs elsewhere and waits for the
+decision itself. The core never imports an optional engine: the registry
 loads one by its import path when it is first needed.
 
 Registered here: "native" (`native`, our `Agent`), the gates ("gate" and one per coding CLI),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..exceptions import UserError
 
 if TYPE_CHECKING:
-    from .native.messages import ModelRequest, ModelResponse
+    from .view import ModelRequest, ModelResponse
 
 __all__ = (
     "Engine",
@@ -66,7 +66,7 @@ class HistoryCodec(Protocol):
         ...
 
     def view(self, messages: Iterable[Any]) -> list[ModelRequest | ModelResponse]:
-        """The messages in the view model (`approvals.engines.native.messages`, see `approvals.engines.seam`),
+        """The messages in the view model (`approvals.engines.view`, see `approvals.engines.seam`),
         read-only: for the run page, the API and the engine's answers to the worker (which calls wait, what the
         approved calls came to). Messages already in it pass through unchanged."""
         ...

@@ -2,7 +2,7 @@
 
 A paused run keeps no state outside its messages, so whoever continues it (the agent, or an
 engine telling the worker what to hand it) reads these answers from the stored history. They
-read the view model (`approvals.engines.native.messages`, what every history codec's `view`
+read the view model (`approvals.engines.view`, what every history codec's `view`
 gives), so every engine that keeps a per-message history shares them.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from ..calls.states import CallStatus
-from .native.messages import (
+from .view import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from ..calls.tools import DeferredToolCall, ToolDefinition
 from ..exceptions import InvalidDeferredResults, ToolRetryError
 from .native.deferred import ToolAnswered, ToolApproved, ToolDenied
-from .native.messages import ToolCallPart
 from .native.tools import Tool, args_digest
+from .view import ToolCallPart
 
 __all__ = ("ToolCallLike", "ValidatedCall", "bind", "check_decisions", "deferred_call")
 

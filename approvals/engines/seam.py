@@ -18,11 +18,12 @@ nothing else, it
   thread). The store keeps the first today; a turn and its end carry the other two
   (`Snapshot`, `CheckpointRef`), so an engine of either kind needs no change to this protocol.
 
-The read-only view of a run (the run page, the API) is the native message model
-(`approvals.engines.native.messages`, read through `HistoryCodec.view`), declared the neutral
-view model: the page renders prompts, text, tool calls, results, retries and denials, which
-every framework we run has, and one view model keeps one renderer and one set of history
-readers (`approvals.engines.history`) for every engine.
+The read-only view of a run (the run page, the API) is `approvals.engines.view`: our native
+engine's message classes, declared the neutral view model, into which each `HistoryCodec.view`
+reads its engine's messages. The page renders prompts, text, tool calls, results, retries and
+denials, which every framework we run has; one view model keeps one renderer and one set of
+history readers (`approvals.engines.history`) for every engine, and an engine whose messages
+are ours (native) needs no conversion.
 
 What a new engine's author writes, and nothing else they touch:
 

@@ -17,7 +17,7 @@ import pydantic_core
 from pydantic import TypeAdapter
 from pydantic_ai import messages as pai
 
-from ..native import messages as ours
+from .. import view as ours
 
 __all__ = (
     "ANSWERED_MARK",

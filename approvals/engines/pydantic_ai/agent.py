@@ -31,11 +31,11 @@ from ...exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError
 from ..history import pending_tool_calls, resolved_ids, since_last_response
 from ..native.agent import AgentRunResult
 from ..native.deferred import DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
-from ..native.messages import ToolCallPart, Usage
 from ..native.tools import Tool
 from ..native.usage import RunTotals
 from ..resume_rules import bind, check_decisions, deferred_call
 from ..seam import NO_HOOKS, RunHooks
+from ..view import ToolCallPart, Usage
 from ._history import ANSWERED_MARK, as_approvals_messages
 
 __all__ = ("POLICY_KEY", "PydanticAIAgent", "PydanticAIRunError")

@@ -14,7 +14,7 @@ import pydantic_ai
 
 from ..base import HistoryCodec
 from ..history_engine import HistoryEngine
-from ..native.messages import ModelRequest, ModelResponse
+from ..view import ModelRequest, ModelResponse
 from . import _history
 from ._history import PYDANTIC_AI_FORMAT
 from .agent import PydanticAIAgent

@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from ..calls.states import CallStatus
 from ..exceptions import NotFound
-from ..store._writes import utcnow
+from ..store.run_plan import utcnow
 from .base import DeliveryFailed
 from .call_summary import call_url
 from .email_content import MailLinks, Purpose, compose_call_mail

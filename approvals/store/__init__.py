@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..calls.actors import SYSTEM, TOKEN_SCOPES, Actor
 from ..calls.states import Role
-from ._writes import DecidedCall
 from .accounts import AccountOps
 from .backends.database import Database, normalize_url
 from .backends.notify import Notifier
@@ -26,6 +25,7 @@ from .paused_runs import PausedRun, PausedRunOps
 from .policy_rules import DryRun, DryRunRow, RuleOps
 from .queries import Page
 from .reviewer_identity import IdentityOps
+from .run_plan import DecidedCall
 from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = (

@@ -14,12 +14,12 @@ from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..exceptions import NotFound
-from ._writes import RunWrite
 from .backend import Transaction
 from .backends.database import Database
 from .backends.notify import Notifier
 from .claims import StaleLeaseCheck
 from .models import RunRow
+from .run_plan import RunWrite
 
 T = TypeVar("T")
 

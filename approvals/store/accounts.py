@@ -22,9 +22,9 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.rules import GROUP_NAME
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import StoreBase
-from ._writes import utcnow
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
+from .run_plan import utcnow
 from .token_cache import TokenCache
 
 _LAST_USED_GRANULARITY = dt.timedelta(minutes=1)

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
     from ..calls.actors import Actor
     from ..calls.verdicts import Verdict
-    from ._writes import RunWrite
     from .backends.database import Database
     from .backends.notify import Notifier
     from .claims import Claim, ClaimedRun, StaleLeaseCheck
     from .decision_rules import Decided
+    from .run_plan import RunWrite
 
 if TYPE_CHECKING:
     UpsertInsert = postgresql.Insert | sqlite.Insert
@@ -49,7 +49,7 @@ class Transaction(Generic[SessionT]):
     Most operations hold an `AsyncSession` (`StoreBase.transaction`). A run's hot-path
     writes and decisions are plain statements over a `Connection` (`StoreBase.run_statements`):
     on SQLite the whole transaction runs in one worker-thread hop. Writes are functions over
-    it (`_run_writes`, `decisions`); it only collects what its end must do, and carries the
+    it (`run_sql`, `decisions`); it only collects what its end must do, and carries the
     backend, which builds the few statements that differ between the databases.
     """
 
@@ -131,7 +131,7 @@ class Backend(Protocol):
         ...
 
     def write_run(self, db: Database, write: RunWrite, stored_tool_versions: set[str]) -> Awaitable[WakeUps]:
-        """A worker's write to the run it holds (`_run_writes.apply_write`'s statements), in one transaction.
+        """A worker's write to the run it holds (`run_sql.apply_write`'s statements), in one transaction.
 
         Returns the wake-ups this process still has to publish (`Notifier.publish`) now it committed.
         """

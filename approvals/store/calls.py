@@ -30,14 +30,14 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import AskedCall, Outcome
 from ..policy.outcomes import call_columns, decided_details, rule_decision
 from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
-from ._run_writes import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
-from ._writes import tool_definition_row, utcnow
 from .audit import call_event, run_event
 from .backend import Backend
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
 from .policy_rules import PolicyEvaluation
 from .queries import Queries
+from .run_plan import tool_definition_row, utcnow
+from .run_sql import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")

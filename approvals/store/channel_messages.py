@@ -11,8 +11,8 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from ._base import StoreBase
-from ._writes import utcnow
 from .models import ChannelMessageRow
+from .run_plan import utcnow
 
 __all__ = ("ChannelMessageOps",)
 

@@ -18,11 +18,11 @@ from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, or_, sele
 from ..calls.actors import SYSTEM
 from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
 from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
-from ._run_writes import Rows, Step, Tx, in_list, in_list_params, move_steps, moved_calls, run_steps, started_events
-from ._writes import DecidedCall, ExecutedCall, HeldRun, utcnow
 from .audit import AuditEvent, call_event, run_event
 from .backend import Backend, WakeUps
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
+from .run_plan import DecidedCall, ExecutedCall, HeldRun, utcnow
+from .run_sql import Rows, Step, Tx, in_list, in_list_params, move_steps, moved_calls, run_steps, started_events
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
 if TYPE_CHECKING:

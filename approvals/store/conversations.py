@@ -46,13 +46,13 @@ from ..calls.states import FINAL_RUN_STATUSES, RunStatus
 from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict
 from ..policy.evaluation import Outcome
-from ._run_writes import Tx
-from ._writes import utcnow
 from .backend import Backend
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
 from .paused_runs import PausedRun, insert_paused_run
 from .policy_rules import PolicyEvaluation
 from .run_cancel import cancel_in
+from .run_plan import utcnow
+from .run_sql import Tx
 
 __all__ = (
     "ConversationChanged",

@@ -27,9 +27,9 @@ from ..calls.rules import status_once_decided
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus, RunStatus
 from ..calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from ..exceptions import Conflict, Forbidden, UserError
-from ._run_writes import run_moved_on, run_moved_on_announcements
 from .audit import AuditEvent, call_event
 from .models import ToolCallRow
+from .run_sql import run_moved_on, run_moved_on_announcements
 from .wakeups import PENDING_CHANNEL
 
 

@@ -19,11 +19,11 @@ from ..calls.states import CallStatus
 from ..calls.verdicts import Verdict
 from ._base import StoreBase
 from ._decision_sql import update_call
-from ._run_writes import Tx, ready_if_decided
-from ._writes import utcnow
 from .audit import call_event
 from .decision_rules import Decided, check_verdict, settled
 from .models import RunRow, ToolCallRow
+from .run_plan import utcnow
+from .run_sql import Tx, ready_if_decided
 from .wakeups import PENDING_CHANNEL
 
 __all__ = ("DecisionOps",)

@@ -20,8 +20,8 @@ from sqlalchemy import select, update
 
 from ..security import hash_token
 from ._base import StoreBase
-from ._writes import utcnow
 from .models import EmailLinkRow
+from .run_plan import utcnow
 
 __all__ = ("EmailLinkOps", "EmailLinkTokens", "LinkProblem", "LinkAction", "link_problem")
 

@@ -28,11 +28,11 @@ from ..policy.follow_ups import Step
 from ..policy.rules import Effect, Kind, RuleSpec
 from ._base import StoreBase
 from ._decision_sql import LOCK_RUN
-from ._run_writes import Tx
-from ._writes import utcnow
 from .audit import call_event
 from .backend import Backend
 from .models import AuditEventRow, CallFollowUpRow, PolicyRuleRow, ToolCallRow
+from .run_plan import utcnow
+from .run_sql import Tx
 from .wakeups import PENDING_CHANNEL
 
 __all__ = ("FOLLOW_UP_ACTIONS", "FollowUpOps", "OpenCall")

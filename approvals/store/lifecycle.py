@@ -20,22 +20,22 @@ from ..calls.states import CallStatus, RunStatus
 from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden
 from . import run_cancel
-from ._run_writes import (
-    Tx,
-    hold_run,
-)
-from ._writes import (
+from .audit import run_event
+from .claims import Claim, ClaimedRun, ModelMessage
+from .models import RunRow
+from .paused_runs import paused_write
+from .policy_rules import PolicyEvaluation
+from .run_plan import (
     Interrupted,
     RulesChanged,
     RunEvent,
     RunWrite,
     utcnow,
 )
-from .audit import run_event
-from .claims import Claim, ClaimedRun, ModelMessage
-from .models import RunRow
-from .paused_runs import paused_write
-from .policy_rules import PolicyEvaluation
+from .run_sql import (
+    Tx,
+    hold_run,
+)
 from .wakeups import READY_CHANNEL, RUNS_CHANNEL
 
 CallOutcomes = Mapping[str, tuple[CallStatus, Any]]

@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..security import hash_token, verify_password_async
 from ._base import StoreBase
-from ._writes import utcnow
 from .backend import Transaction
 from .models import LoginThrottleRow, UserRow, WebSessionRow
+from .run_plan import utcnow
 
 __all__ = ("LoginAttempt", "LoginLimits", "LoginOps", "revoke_user_sessions")
 

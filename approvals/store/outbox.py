@@ -28,8 +28,8 @@ from sqlalchemy import func, or_, select, update
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..exceptions import LeaseLost
 from ._base import StoreBase
-from ._writes import utcnow
 from .models import AuditEventRow, WebhookCursorRow
+from .run_plan import utcnow
 
 __all__ = ("WEBHOOKS_CHANNEL", "CursorLease", "WebhookCursors")
 

@@ -23,11 +23,11 @@ from ..calls.tools import DeferredToolRequests
 from ..exceptions import Forbidden, UserError
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import decided_details, rule_decision
-from ._run_writes import INSERT_MESSAGES, Tx, apply_write
-from ._writes import RunEvent, RunWrite, pending_call, utcnow
 from .audit import run_event
 from .models import RunRow
 from .policy_rules import PolicyEvaluation
+from .run_plan import RunEvent, RunWrite, pending_call, utcnow
+from .run_sql import INSERT_MESSAGES, Tx, apply_write
 from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")

@@ -33,11 +33,11 @@ from ..policy.files import RulesDiff, plan_apply
 from ..policy.remember import Remember, remembered_rule
 from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec, rule_problems
 from ._base import StoreBase
-from ._writes import utcnow
 from .backend import Transaction
 from .decisions import DecisionOps
 from .models import PolicyRuleRow, RunRow, ToolCallRow, UserRow
 from .queries import Queries
+from .run_plan import utcnow
 
 __all__ = ("DryRun", "DryRunRow", "PolicyEvaluation", "RuleOps")
 

@@ -25,7 +25,6 @@ from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_h
 from ..exceptions import NotFound, UserError
 from ..policy.rules import Kind
 from ._base import StoreBase
-from ._writes import tool_definition_from_row
 from .audit import AuditVerification, verify_audit_chain
 from .models import (
     STANDING,
@@ -38,6 +37,7 @@ from .models import (
     ToolCallRow,
     ToolDefinitionRow,
 )
+from .run_plan import tool_definition_from_row
 
 T = TypeVar("T")
 MAX_PAGE = 500

@@ -17,10 +17,10 @@ from ..calls.actors import Actor
 from ..calls.options import RunRefusal, admin_refusal, run_options
 from ..calls.states import FINAL_RUN_STATUSES, NOT_RUN_CALL_STATUSES, CallStatus, RunStatus
 from ..exceptions import Conflict, Forbidden, NotFound
-from ._run_writes import Tx
-from ._writes import utcnow
 from .audit import run_event
 from .models import RunRow, ToolCallRow
+from .run_plan import utcnow
+from .run_sql import Tx
 from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("cancel_in", "cancel_run", "retry_run")

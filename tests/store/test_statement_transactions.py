@@ -22,10 +22,10 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from approvals.store import SYSTEM, Store
-from approvals.store._run_writes import Tx
 from approvals.store.audit import run_event
 from approvals.store.backends.sqlite_writes import CHECKPOINT_EVERY
 from approvals.store.models import AuditEventRow, RunRow
+from approvals.store.run_sql import Tx
 
 pytestmark = pytest.mark.anyio
 

@@ -1,6 +1,6 @@
 """A worker's write has one implementation; random sequences prove every way of running it stores the same.
 
-`_run_writes.write_steps` makes a write's statements. They run three ways: on SQLite one by
+`run_sql.write_steps` makes a write's statements. They run three ways: on SQLite one by
 one on the `sqlite3` cursor (`apply_write`), on PostgreSQL in a psycopg pipeline
 (`backends.postgres.pg_run_write`), and on PostgreSQL through SQLAlchemy (`apply_write` in
 `run_statements`, as crash recovery and paused runs take it). The same random sequence of
@@ -27,8 +27,6 @@ from approvals.calls.canonical import canonical_json
 from approvals.engines.native.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from approvals.engines.native.tools import ToolDefinition
 from approvals.store import Database, Store
-from approvals.store._run_writes import Tx, apply_write
-from approvals.store._writes import Interrupted, RunEvent, RunWrite, tool_definition_row
 from approvals.store.migrate import upgrade
 from approvals.store.models import (
     AuditEventRow,
@@ -38,6 +36,8 @@ from approvals.store.models import (
     ToolCallRow,
     ToolDefinitionRow,
 )
+from approvals.store.run_plan import Interrupted, RunEvent, RunWrite, tool_definition_row
+from approvals.store.run_sql import Tx, apply_write
 
 from .conftest import BACKENDS
 from .test_migrations import empty_database

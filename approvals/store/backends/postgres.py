@@ -6,7 +6,7 @@ statements, SQLAlchemy Core compiled once for psycopg and prepared (`postgres_st
 sent together on a connection kept in autocommit mode (`postgres_connections`), between a
 BEGIN and a COMMIT that are statements of the pipeline too:
 
-- a worker's write (`pg_run_write`): its steps (`_run_writes.write_steps`) in one round
+- a worker's write (`pg_run_write`): its steps (`run_sql.write_steps`) in one round
   trip; their rows are checked in Python (the worker still holds the run, every call to
   execute was approved) and the audit events made from them; then the audit appends and
   the wake-ups, and COMMIT, in a second (ROLLBACK instead when a check failed). A step
@@ -41,9 +41,9 @@ from sqlalchemy.sql.selectable import HasCTE
 from sqlalchemy.util import greenlet_spawn
 
 from .._decision_sql import audit_and_wake_params
-from .._run_writes import RUN_STATUS, NotHeld, Rows, Step, write_steps
-from .._writes import RunWrite, lease_lost
 from ..decision_rules import DecisionPlan
+from ..run_plan import RunWrite, lease_lost
+from ..run_sql import RUN_STATUS, NotHeld, Rows, Step, write_steps
 from .postgres_statements import PREPARE, positional
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ from .postgres_claim import pg_claim
 from .postgres_decisions import pg_decide
 
 if TYPE_CHECKING:
-    from .._writes import RunWrite
     from ..backend import UpsertInsert
+    from ..run_plan import RunWrite
     from .database import Database
 
 __all__ = ("CHAIN_CHUNK", "PostgresBackend", "PostgresNotifier")

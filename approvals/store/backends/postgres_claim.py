@@ -12,8 +12,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .._run_writes import Step
-from .._writes import utcnow
 from ..backend import Backend
 from ..claims import (
     STALE_LEASE_CHECK_SECONDS,
@@ -30,6 +28,8 @@ from ..claims import (
     lease_oldest,
     stale_lease_step,
 )
+from ..run_plan import utcnow
+from ..run_sql import Step
 from ..wakeups import RUNS_CHANNEL
 from .postgres import Cursors, fetched, pg_rows, pipelined
 

@@ -21,16 +21,16 @@ from sqlalchemy.sql.expression import Executable
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from .._decision_sql import decide_statements
-from .._run_writes import apply_write
 from ..audit import write_chained
 from ..backend import SelectT, Transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck, claim_locked
 from ..decision_rules import Decided
+from ..run_sql import apply_write
 from .notify import Notifier
 
 if TYPE_CHECKING:
-    from .._writes import RunWrite
     from ..backend import UpsertInsert
+    from ..run_plan import RunWrite
     from .database import Database
 
 __all__ = ("SQLiteBackend",)

@@ -45,7 +45,10 @@ from ..calls.rules import status_once_decided
 from ..calls.states import CallStatus, RunStatus
 from ..exceptions import Conflict
 from ..policy.outcomes import RULE_DECISION_COLUMNS
-from ._writes import (
+from .audit import AuditEvent
+from .backend import Backend, Transaction
+from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .run_plan import (
     RELEASED_DETAILS,
     ExecutedCall,
     HeldRun,
@@ -56,9 +59,6 @@ from ._writes import (
     message_rows,
     tool_definition_row,
 )
-from .audit import AuditEvent
-from .backend import Backend, Transaction
-from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
 from .wakeups import READY_CHANNEL, RUNS_CHANNEL
 
 Tx = Transaction[Connection]
@@ -129,7 +129,7 @@ _PENDING_CALL_COLUMNS = (
     "rule_version",
     "approver_groups",
 )
-"""A new call's own columns (`_writes.pending_call`); the run, its agent and who asked (the run's starter) come
+"""A new call's own columns (`run_plan.pending_call`); the run, its agent and who asked (the run's starter) come
 from the run."""
 ADD_PENDING_CALL = _insert_for_held_run(
     ToolCallRow,

@@ -35,7 +35,7 @@ from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.tools import ArgsValidator
 from .calls.verdicts import EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
-from .engines.native.messages import ModelRequest, ModelResponse, as_approvals_messages
+from .engines.view import ModelRequest, ModelResponse, as_view
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
 from .logs import with_call
 from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
@@ -313,8 +313,7 @@ class ApprovalService:
         if call.current_digest != link.args_digest:
             return refused(problem=LinkRefusal.ARGS_CHANGED)
         actor = replace(actor, channel="email")
-        facts = (await self.store.review_facts([call.id])).get(call.id) or ReviewFacts(started_by=None, standing={})
-        may = facts.options(actor, call)
+        may = (await self.options_for(actor, [call]))[call.id]
         if link.action == "approve":
             refusal, why_not = may.approve_refusal, may.why_not_approve
         else:
@@ -362,13 +361,18 @@ class ApprovalService:
             follow_ups=await self.store.follow_up_events(run_id),
         )
 
+    async def options_for(self, actor: Actor, calls: Sequence[Call]) -> dict[str, CallOptions]:
+        """What `actor` may do with each call, and why not: the rules `decide` refuses by, read in one query."""
+        facts = await self.store.review_facts([call.id for call in calls])
+        return {call.id: (facts.get(call.id) or _NO_FACTS).options(actor, call) for call in calls}
+
     async def remembered_among(self, calls: Sequence[Call]) -> frozenset[tuple[str, int]]:
         """(name, version) of the remembered rules among those that decided or routed these calls."""
         return await self.store.remembered_rule_versions(_rule_names(calls))
 
     async def history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """A run's stored conversation in our message types, whichever engine ran it."""
-        return as_approvals_messages(await self.store.load_history(run_id))
+        return as_view(await self.store.load_history(run_id))
 
     # -- rules --------------------------------------------------------------------------------
 
@@ -463,6 +467,10 @@ class ApprovalService:
     def args_digest(args: dict[str, Any]) -> str:
         """The digest a reviewer's client sends back to bind an approval to what it showed."""
         return digest(args)
+
+
+_NO_FACTS = ReviewFacts(started_by=None, standing={})
+"""A call's review facts when the store has none to add (no run starter, no standing approvals)."""
 
 
 class LinkUsed(Conflict):

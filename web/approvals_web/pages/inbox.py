@@ -23,24 +23,23 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 
 from approvals.calls.actors import Actor
 from approvals.calls.options import CallOptions, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
+from approvals.calls.tools import ToolDefinition
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.engines.base import EngineKind, get_engine
-from approvals.engines.native.tools import ToolDefinition
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.policy import Kind, StoredRule
 from approvals.service import Call, Decision, Run
-from approvals.store.queries import ReviewFacts
 
 from .. import sse
 from ..auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from ..context import AppContext
-from ..templating import render
 from . import forms, views
+from .htmx import is_htmx, render_page, see_other
 from .timeline import follow_up_words, timeline
 
 router = APIRouter(dependencies=[Depends(verify_csrf)], include_in_schema=False)  # pages, not the API
@@ -49,24 +48,6 @@ router.include_router(sse.router)
 PAGE_SIZE = 50
 View = Literal["card", "row"]
 """Which widget a decision form belongs to: the call page's card or an inbox row."""
-
-
-def _is_htmx(request: Request) -> bool:
-    """An htmx request for a fragment (a history restore wants the whole page)."""
-    return bool(request.headers.get("hx-request")) and not request.headers.get("hx-history-restore-request")
-
-
-def _page(
-    request: Request, template: str, context: dict[str, Any], *, block: str | None = None, status: int = 200
-) -> Response:
-    """The whole page, or `block` alone for htmx; the answer depends on HX-Request, so say so."""
-    response = render(request, template, context, block=block if _is_htmx(request) else None, status=status)
-    response.headers["Vary"] = "HX-Request"
-    return response
-
-
-def _see_other(url: str) -> Response:
-    return RedirectResponse(url, status_code=303, headers={"Vary": "HX-Request"})
 
 
 def _set_filters(filters: dict[str, str]) -> dict[str, str]:
@@ -102,14 +83,6 @@ class InboxRow:
     message: str | None = None
 
 
-_NO_FACTS = ReviewFacts(started_by=None, standing={})
-
-
-def _options(actor: Actor, call: Call, facts: ReviewFacts | None) -> CallOptions:
-    """What `actor` may do with `call`: the rules' answer, from the call and what the page read about it."""
-    return (facts or _NO_FACTS).options(actor, call)
-
-
 _DEFINITIONS: dict[str, ToolDefinition] = {}
 
 
@@ -128,7 +101,7 @@ async def _row(
     context: AppContext,
     actor: Actor,
     call: Call,
-    facts: ReviewFacts | None,
+    options: CallOptions,
     remembered: frozenset[tuple[str, int]] | None = None,
 ) -> InboxRow:
     args = call.current_args
@@ -141,7 +114,7 @@ async def _row(
         full_args=json.dumps(args, ensure_ascii=False, sort_keys=True),
         digest=call.current_digest,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
-        options=_options(actor, call, facts),
+        options=options,
         routing=views.routing(call),
         rule=views.decided_by_rule(call, remembered),
     )
@@ -180,16 +153,16 @@ async def inbox(
         agent_name=agent or None, tool_name=tool or None, approvable_by=actor
     )
     counts = mine_count if for_me else every_count
-    facts = await context.store.review_facts([call.id for call in page.items])
+    options = await context.service.options_for(actor, page.items)
     remembered = await context.service.remembered_among(page.items)
     shown = _set_filters(filters)
     for_all = {k: v for k, v in shown.items() if k != "for_me"}
-    return _page(
+    return render_page(
         request,
         "inbox.html",
         {
             "filters": filters,
-            "rows": [await _row(context, actor, call, facts.get(call.id), remembered) for call in page.items],
+            "rows": [await _row(context, actor, call, options[call.id], remembered) for call in page.items],
             "may_decide": reviewer_refusal(actor, approving=False) is None,
             "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING],
             "total": sum(counts.values()),
@@ -275,7 +248,7 @@ async def _card(
     a refused approve-and-remember."""
     definition = await _definition(context, call.tool_version)
     decisions = await context.store.decisions_for(call.id)
-    options = _options(actor, call, (await context.store.review_facts([call.id])).get(call.id))
+    options = (await context.service.options_for(actor, [call]))[call.id]
     run = await context.store.get_run(call.run_id)
     args = call.current_args
     fields, form_errors = forms.arg_fields(
@@ -345,7 +318,7 @@ async def _call_page(
                 for event in follow_ups
                 if event.subject_id == card.call.id and (words := follow_up_words(event)) is not None
             ]
-    return _page(
+    return render_page(
         request,
         "call.html",
         {
@@ -371,14 +344,14 @@ async def _widget(
 ) -> Response:
     """The card (or inbox row) after a decision or a refused one; a whole page without htmx."""
     call = await context.store.get_call(call_id)
-    if view == "row" and _is_htmx(request):
-        row = await _row(context, actor, call, (await context.store.review_facts([call_id])).get(call_id))
+    if view == "row" and is_htmx(request):
+        row = await _row(context, actor, call, (await context.service.options_for(actor, [call]))[call.id])
         row.message = state.get("message")
-        return _page(request, "inbox.html", {"row": row}, block="row", status=status)
+        return render_page(request, "inbox.html", {"row": row}, block="row", status=status)
     card = await _card(context, actor, call, **state)
-    if not _is_htmx(request):
+    if not is_htmx(request):
         return await _call_page(request, context, actor, call, focus=card, status=status)
-    return _page(request, "call.html", {"card": card}, block="card", status=status)
+    return render_page(request, "call.html", {"card": card}, block="card", status=status)
 
 
 def _conflict_message(exc: Conflict, actor: Actor) -> str:
@@ -410,8 +383,8 @@ async def _decide(
     except UserError as exc:  # the verdict itself is refused: a denial without a reason
         hint = {"reason_error": "Write why you deny this call."} if isinstance(verdict, Deny) else {}
         return await _widget(request, context, actor, call_id, view, status=422, message=f"{exc}.", **state, **hint)
-    if not _is_htmx(request):
-        return _see_other("/" if view == "row" else f"/calls/{call_id}")
+    if not is_htmx(request):
+        return see_other("/" if view == "row" else f"/calls/{call_id}")
     return await _widget(request, context, actor, call_id, view, message=None)
 
 
@@ -457,8 +430,8 @@ async def approve_and_remember(
     except (UserError, ValueError) as exc:  # a condition that does not compile, a period not offered
         form.error = str(exc)
         return await _widget(request, context, actor, call_id, "card", status=422, remember=form)
-    if not _is_htmx(request):
-        return _see_other(f"/calls/{call_id}")
+    if not is_htmx(request):
+        return see_other(f"/calls/{call_id}")
     until = f" until {rule.spec.expires_at:%Y-%m-%d %H:%M} UTC" if rule.spec.expires_at else ""
     message = f"Approved, and calls like this are allowed by rule {rule.name}{until}."
     return await _widget(request, context, actor, call_id, "card", message=message, message_tone="ok")
@@ -477,8 +450,8 @@ async def revoke_remembered(
         return await _widget(
             request, context, actor, call_id, "card", status=404, message=f"No rule {name!r} to revoke."
         )
-    if not _is_htmx(request):
-        return _see_other(f"/calls/{call_id}")
+    if not is_htmx(request):
+        return see_other(f"/calls/{call_id}")
     message = f"Rule {name} revoked: calls like this ask a person again."
     return await _widget(request, context, actor, call_id, "card", message=message, message_tone="ok")
 
@@ -555,7 +528,7 @@ async def runs(
 ) -> Response:
     page = await context.store.list_runs(status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE)
     filters = {"status": status, "agent": agent}
-    return _page(
+    return render_page(
         request,
         "runs.html",
         {
@@ -580,7 +553,7 @@ async def _run_page(
 ) -> Response:
     story = await context.service.run_story(run_id)
     run, calls = story.run, story.calls
-    return _page(
+    return render_page(
         request,
         "run.html",
         {
@@ -617,8 +590,8 @@ async def cancel_run(
         await context.service.cancel_run(run_id, actor=actor, reason=reason.strip() or None)
     except Conflict as exc:
         return await _run_page(request, context, actor, run_id, message=str(exc), status=409)
-    if not _is_htmx(request):
-        return _see_other(f"/runs/{run_id}")
+    if not is_htmx(request):
+        return see_other(f"/runs/{run_id}")
     return await _run_page(request, context, actor, run_id)
 
 
@@ -661,7 +634,7 @@ async def audit(
         limit=PAGE_SIZE,
     )
     shown = _set_filters(filters)
-    return _page(
+    return render_page(
         request,
         "audit.html",
         {
@@ -681,4 +654,4 @@ async def audit(
 async def audit_verify(request: Request, actor: ViewerPage, context: ContextDep) -> Response:
     """The hash chain's state; the audit page loads it after rendering, since it reads every event."""
     verification = await context.store.verify_audit()
-    return _page(request, "audit_verify.html", {"verification": verification}, block="verify")
+    return render_page(request, "audit_verify.html", {"verification": verification}, block="verify")

@@ -8,17 +8,17 @@ pattern, checked by the store, so the page, the API and the CLI refuse the same 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 
 from approvals.exceptions import Conflict, UserError
 from approvals.service import User
 
 from ..auth import AdminPage, ContextDep, verify_csrf
 from ..context import AppContext
-from ..templating import render
+from .htmx import is_htmx, render_page, see_other
 
 __all__ = ("router",)
 
@@ -55,14 +55,8 @@ def _line(user: User, message: str | None = None, *, contact_message: str | None
     )
 
 
-def _is_htmx(request: Request) -> bool:
-    return bool(request.headers.get("hx-request")) and not request.headers.get("hx-history-restore-request")
-
-
-def _answer(request: Request, context: dict[str, object], *, block: str | None = None, status: int = 200) -> Response:
-    response = render(request, "users.html", context, block=block if _is_htmx(request) else None, status=status)
-    response.headers["Vary"] = "HX-Request"
-    return response
+def _answer(request: Request, context: dict[str, Any], *, block: str | None = None, status: int = 200) -> Response:
+    return render_page(request, "users.html", context, block=block, status=status)
 
 
 @router.get("/users")
@@ -82,8 +76,8 @@ async def set_groups(
     except UserError as exc:
         line = UserLine(await context.store.get_user(username), groups, error=str(exc))
         return await _with_line(request, context, line, status=422)
-    if not _is_htmx(request):
-        return RedirectResponse("/users", status_code=303, headers={"Vary": "HX-Request"})
+    if not is_htmx(request):
+        return see_other("/users")
     return await _with_line(request, context, _line(user, message="Saved."))
 
 
@@ -106,14 +100,14 @@ async def set_contact(
         line = _line(current)
         line.email_text, line.slack_text, line.contact_error = email, slack_user_id, str(exc)
         return await _with_line(request, context, line, status=422 if isinstance(exc, UserError) else 409)
-    if not _is_htmx(request):
-        return RedirectResponse("/users", status_code=303, headers={"Vary": "HX-Request"})
+    if not is_htmx(request):
+        return see_other("/users")
     return await _with_line(request, context, _line(user, contact_message="Saved."))
 
 
 async def _with_line(request: Request, context: AppContext, line: UserLine, *, status: int = 200) -> Response:
     """The row alone for htmx; else the whole page with this row as it is."""
-    if _is_htmx(request):
+    if is_htmx(request):
         return _answer(request, {"line": line}, block="user_row", status=status)
     lines = [line if user.username == line.user.username else _line(user) for user in await context.store.list_users()]
     return _answer(request, {"lines": lines}, status=status)

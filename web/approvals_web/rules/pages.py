@@ -47,7 +47,7 @@ from approvals.store.policy_rules import MAX_DRY_RUN
 from ..api.schemas import check_text
 from ..auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
 from ..pages import views
-from ..pages.inbox import _is_htmx, _page, _see_other
+from ..pages.htmx import is_htmx, render_page, see_other
 
 __all__ = (
     "ConditionCheck",
@@ -382,11 +382,11 @@ async def _list_context(service: ApprovalService, actor: Actor, message: str | N
 
 
 async def _list_page(request: Request, service: ApprovalService, actor: Actor, message: str | None = None) -> Response:
-    return _page(request, "rules.html", await _list_context(service, actor, message), block="rules")
+    return render_page(request, "rules.html", await _list_context(service, actor, message), block="rules")
 
 
 def _form_page(request: Request, form: RuleForm, *, status: int = 200) -> Response:
-    return _page(request, "rule_form.html", {"form": form}, status=status)
+    return render_page(request, "rule_form.html", {"form": form}, status=status)
 
 
 @router.get("/rules")
@@ -418,7 +418,7 @@ async def check_page(request: Request, actor: AdminPage) -> Response:
     """The condition's check, as the admin types it (htmx swaps it in under the field)."""
     when = str((await request.form()).get("when") or "")
     form = RuleForm({"when": when}, check=check_condition(when))
-    return _page(request, "rule_form.html", {"form": form}, block="when_check")
+    return render_page(request, "rule_form.html", {"form": form}, block="when_check")
 
 
 @router.post("/rules/dry-run")
@@ -432,10 +432,10 @@ async def dry_run_page(request: Request, actor: AdminPage, context: ContextDep) 
     spec = form.parse()
     form.values["name"] = typed_name
     if spec is None:
-        return _page(request, "rule_form.html", {"form": form}, block="dry_run", status=422)
+        return render_page(request, "rule_form.html", {"form": form}, block="dry_run", status=422)
     result = await context.service.dry_run_rule(spec, form.limit)
     form.dry_run = dry_run_view(result, spec, tried_enabled=not spec.enabled)
-    return _page(request, "rule_form.html", {"form": form}, block="dry_run")
+    return render_page(request, "rule_form.html", {"form": form}, block="dry_run")
 
 
 @router.get("/rules/{name}/edit")
@@ -463,7 +463,7 @@ async def _save(request: Request, service: ApprovalService, actor: Actor, form: 
     except UserError as exc:
         form.message = f"Not saved: {exc}"
         return _form_page(request, form, status=422)
-    return _see_other("/rules")
+    return see_other("/rules")
 
 
 @router.post("/rules/{name}/enable")
@@ -487,8 +487,8 @@ async def delete_rule(request: Request, name: str, actor: ReviewerPage, context:
 
 async def _changed(request: Request, service: ApprovalService, actor: Actor, message: str) -> Response:
     """After a change from the list: the list again (htmx), or back to it."""
-    if not _is_htmx(request):
-        return _see_other("/rules")
+    if not is_htmx(request):
+        return see_other("/rules")
     return await _list_page(request, service, actor, message)
 
 
@@ -521,7 +521,7 @@ async def rule_history(request: Request, name: str, actor: ViewerPage, context: 
     ]
     current = versions[0]
     flags = [] if current.deleted else await context.service.rule_flags(name, now=now())
-    return _page(
+    return render_page(
         request,
         "rule_history.html",
         {

@@ -130,7 +130,7 @@ async def _decide(context: AppContext, call_id: str, verdict: Verdict, actor: Ac
 
 
 def _conflict_sentence(exc: Conflict, actor: Actor) -> str:
-    """The web's words for a lost race (`pages._conflict_message`), so every channel says it alike."""
+    """The web's words for a lost race (`pages.inbox._conflict_message`), so every channel says it alike."""
     if exc.decided_by and exc.decided_by == actor.id:
         return f"You already decided this call ({exc.status})."
     if exc.decided_by:

@@ -1,6 +1,6 @@
 """Linking one's own Slack account: the page an unmapped Slack member is sent to from an ephemeral message.
 
-The link carries a token (`slack_people.link_token`) naming the Slack member and workspace,
+The link carries a token (`slack.people.link_token`) naming the Slack member and workspace,
 signed with the app's secret key and valid for an hour. Logged in to the inbox, the person
 sees what will be linked (the member's name in Slack, and a warning: whoever sent them a link
 would decide as them) and confirms with a POST (CSRF-protected like every form); their clicks

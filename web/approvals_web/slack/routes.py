@@ -5,7 +5,7 @@ Slack signs every request it sends; the signature (`X-Slack-Signature`, v0, with
 raw body before anything in it is read. A forged or stale request gets 401 and a warning in
 the log (never the secret or the body). No session or CSRF token is involved: the
 signature is the authentication, and who decides is the Slack member mapped to an inbox
-user (`slack_people`). Without Slack configured the route does not exist (404).
+user (`slack.people`). Without Slack configured the route does not exist (404).
 """
 
 from __future__ import annotations

@@ -1,0 +1,17 @@
+"""People: accounts, API tokens, sign-in sessions and their throttle, reviewers' identities in channels.
+
+`People` is the aggregate: the operations of `accounts`, `logins` and `reviewer_identity` over
+one database. `Store.people` is one; `Store` still answers the same methods (it passes them on)
+while callers move to `store.people.…`.
+"""
+
+from __future__ import annotations
+
+from ..logins import LoginOps
+from ..reviewer_identity import IdentityOps
+
+__all__ = ("People",)
+
+
+class People(IdentityOps, LoginOps):
+    """Who may sign in, with what, and who they are in each channel."""

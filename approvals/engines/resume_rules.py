@@ -7,17 +7,18 @@ agents (`approvals.engines.pydantic_ai`) both check decisions here, so the rules
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..calls.tools import DeferredToolCall, ToolDefinition
-from ..exceptions import InvalidDeferredResults, ToolRetryError
-from .native.deferred import ToolAnswered, ToolApproved, ToolDenied
+from ..exceptions import InvalidDeferredResults, ToolRetryError, UserError
+from .history import pending_tool_calls, resolved_ids
+from .native.deferred import DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from .native.tools import Tool, args_digest
-from .view import ToolCallPart
+from .view import ModelRequest, ModelResponse, ToolCallPart
 
-__all__ = ("ToolCallLike", "ValidatedCall", "bind", "check_decisions", "deferred_call")
+__all__ = ("Settlement", "ToolCallLike", "ValidatedCall", "bind", "check_decisions", "deferred_call", "settle")
 
 Decisions = Mapping[str, ToolApproved | ToolDenied | ToolAnswered]
 
@@ -51,6 +52,45 @@ def bind(call: ToolCallLike, tool: Tool[Any], args: Any) -> ValidatedCall:
     """Pair a call with already validated arguments and their digest."""
     dumped = tool.dump_args(args)
     return ValidatedCall(call=call, tool=tool, args=args, dumped_args=dumped, digest=args_digest(dumped))
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A paused run's decisions, checked: the calls it waited on, the decision on each, the approved ones to run."""
+
+    pending: dict[str, ToolCallPart]
+    decisions: dict[str, ToolApproved | ToolDenied | ToolAnswered]
+    to_run: dict[str, ValidatedCall]
+
+
+def settle(
+    messages: Sequence[ModelRequest | ModelResponse],
+    results: DeferredToolResults | None,
+    *,
+    tools: Mapping[str, Tool[Any]],
+    agent_name: str,
+    undescribed: Tool[Any] | None = None,
+) -> Settlement | None:
+    """The decisions on the calls `messages` (the view model) wait on, checked (`check_decisions`); None when none wait.
+
+    Decisions for a run that waits on nothing are refused, and so is a run that waits without
+    them. `undescribed` stands in for a waiting call's tool that `tools` does not know.
+    """
+    pending = pending_tool_calls(messages)
+    if not pending:
+        if results is not None and results.approvals:
+            ids = ", ".join(map(repr, results.approvals))
+            raise InvalidDeferredResults(
+                [f"the run has no calls waiting for decisions, but decisions were given for {ids}"]
+            )
+        return None
+    if results is None:
+        raise UserError(f"The run is waiting for decisions on calls {', '.join(pending)}; pass deferred_tool_results")
+    decisions = results.decisions()
+    if undescribed is not None:
+        tools = {**{call.tool_name: undescribed for call in pending.values()}, **tools}
+    to_run = check_decisions(pending, decisions, resolved=resolved_ids(messages), tools=tools, agent_name=agent_name)
+    return Settlement(pending, decisions, to_run)
 
 
 def check_decisions(

@@ -16,9 +16,9 @@ import pydantic_core
 from typing_extensions import TypeVar
 
 from ... import tracing
-from ...exceptions import InvalidDeferredResults, ToolRetriesExceeded, ToolRetryError, UserError
-from ..history import pending_tool_calls, resolved_ids, tool_call_accepted_since_prompt
-from ..resume_rules import check_decisions, deferred_call
+from ...exceptions import ToolRetriesExceeded, ToolRetryError, UserError
+from ..history import tool_call_accepted_since_prompt
+from ..resume_rules import Settlement, deferred_call, settle
 from ._model_output import storable_response
 from ._output import OUTPUT_TOOL_NAME, OutputSchema, ended_parts
 from ._persistence import NO_PERSISTENCE, RunPersistence
@@ -103,18 +103,8 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
 
     async def _begin(self, prompt: str | None, results: DeferredToolResults | None) -> None:
         """The first request of this call: the decided calls' results, then the prompt."""
-        parts: list[ModelRequestPart] = []
-        pending = pending_tool_calls(self.messages)
-        if pending:
-            if results is None:
-                ids = ", ".join(pending)
-                raise UserError(f"The run is waiting for decisions on calls {ids}; pass deferred_tool_results")
-            parts = await self._apply_decisions(pending, results)
-        elif results is not None and results.approvals:
-            ids = ", ".join(map(repr, results.approvals))
-            raise InvalidDeferredResults(
-                [f"the run has no calls waiting for decisions, but decisions were given for {ids}"]
-            )
+        settled = settle(self.messages, results, tools=self.manager.tools, agent_name=self.agent_name)
+        parts = await self._apply_decisions(settled) if settled is not None else []
         if prompt is not None:
             if not self.messages and self.instructions:
                 parts.append(SystemPromptPart(content=self.instructions))
@@ -217,18 +207,9 @@ class AgentRun(Generic[AgentDepsT, OutputT]):
         call_id = final_calls[0].tool_call_id if final_calls else None
         return RetryPromptPart(content=exc.message, tool_name=OUTPUT_TOOL_NAME, tool_call_id=call_id)
 
-    async def _apply_decisions(
-        self, pending: dict[str, ToolCallPart], results: DeferredToolResults
-    ) -> list[ModelRequestPart]:
-        """Check every decision first, then run the approved calls; parts in the model's call order."""
-        decisions = results.decisions()
-        to_run = check_decisions(
-            pending,
-            decisions,
-            resolved=resolved_ids(self.messages),
-            tools=self.manager.tools,
-            agent_name=self.agent_name,
-        )
+    async def _apply_decisions(self, settled: Settlement) -> list[ModelRequestPart]:
+        """Run the approved calls of the checked decisions; parts in the model's call order."""
+        pending, decisions, to_run = settled.pending, settled.decisions, settled.to_run
         self._check_tool_calls(len(to_run))
         if to_run:
             await self.persistence.before_approved_calls(list(to_run))

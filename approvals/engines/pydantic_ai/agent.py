@@ -27,13 +27,13 @@ from pydantic_ai.tools import ToolDefinition as PydanticAIToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ExternalToolset, FunctionToolset
 
 from ...calls.tools import DeferredToolRequests, ToolDefinition
-from ...exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError, UserError
-from ..history import pending_tool_calls, resolved_ids, since_last_response
+from ...exceptions import ApprovalsError, ToolRetryError, UserError
+from ..history import since_last_response
 from ..native.agent import AgentRunResult
 from ..native.deferred import DeferredToolResults, ToolAnswered, ToolApproved, ToolDenied
 from ..native.tools import Tool
 from ..native.usage import RunTotals
-from ..resume_rules import bind, check_decisions, deferred_call
+from ..resume_rules import bind, deferred_call, settle
 from ..seam import NO_HOOKS, RunHooks
 from ..view import ToolCallPart, Usage
 from ._history import ANSWERED_MARK, as_approvals_messages
@@ -162,21 +162,10 @@ class PydanticAIAgent:
     ) -> tuple[pydantic_ai.DeferredToolResults | None, list[str]]:
         """Our decisions as pydantic-ai's, once they pass our rules; and the ids of the calls to run."""
         tail = as_approvals_messages(since_last_response(history))
-        pending = pending_tool_calls(tail)
-        if not pending:
-            if results is not None and results.approvals:
-                ids = ", ".join(map(repr, results.approvals))
-                raise InvalidDeferredResults(
-                    [f"the run has no calls waiting for decisions, but decisions were given for {ids}"]
-                )
+        settled = settle(tail, results, tools=self.tools, agent_name=self.name, undescribed=_UNDESCRIBED)
+        if settled is None:
             return None, []
-        if results is None:
-            raise UserError(
-                f"The run is waiting for decisions on calls {', '.join(pending)}; pass deferred_tool_results"
-            )
-        decisions = results.decisions()
-        tools = {**{call.tool_name: _UNDESCRIBED for call in pending.values()}, **self.tools}
-        to_run = check_decisions(pending, decisions, resolved=resolved_ids(tail), tools=tools, agent_name=self.name)
+        decisions, to_run = settled.decisions, settled.to_run
         approvals: dict[str, bool | pydantic_ai.ToolApproved | pydantic_ai.ToolDenied] = {}
         calls: dict[str, Any] = {}
         for call_id, decision in decisions.items():

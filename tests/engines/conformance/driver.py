@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from approvals.engines.native.messages import ModelRequest, ModelResponse, as_approvals_messages
+from approvals.engines.view import ModelRequest, ModelResponse
 from approvals.service import ApprovalService
 from approvals.store import Actor, Store
 from approvals.store.models import RunRow, ToolCallRow
@@ -73,7 +73,7 @@ class Driver:
 
     async def view(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """The run's history as the run page and the API read it, whatever engine stored it."""
-        return as_approvals_messages(await self.store.load_history(run_id))
+        return await self.service.history(run_id)
 
     def worker_process(self, *, lease_seconds: float) -> subprocess.CompletedProcess[str]:
         """A worker in a process of its own, with the same engine and script, until it stops or dies."""

@@ -16,7 +16,7 @@ import pytest
 from approvals import InvalidEdit
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
-from approvals.engines.native.messages import ToolCallPart, ToolDeniedPart, ToolReturnPart
+from approvals.engines.view import ToolCallPart, ToolDeniedPart, ToolReturnPart
 from approvals.exceptions import Conflict
 from approvals.policy import parse_rule
 from approvals.service import ApprovalService
@@ -248,7 +248,9 @@ async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome
     await driver.resume()
     assert (await driver.run(run_id)).status == RunStatus.COMPLETED
 
-    parts = [part for message in await driver.view(run_id) for part in message.parts]
+    story = await driver.service.run_story(run_id)  # what the run page renders
+    assert (story.run.status, {c.id for c in story.calls}) == (RunStatus.COMPLETED, {first.id, second.id})
+    parts = [part for message in story.history for part in message.parts]
     asked = [(p.tool_name, p.args_as_dict(), p.tool_call_id) for p in parts if isinstance(p, ToolCallPart)]
     assert [(name, args) for name, args, _ in asked] == [
         ("lookup_order", {"order_id": "A-1"}),
@@ -256,7 +258,7 @@ async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome
         ("refund", {"order_id": "B-2", "amount": 7}),
     ]
     assert [call_id for *_, call_id in asked[1:]] == [first.tool_call_id, second.tool_call_id]  # joined to the calls
-    decided = {d.call_id: (d.verdict, d.actor) for d in await driver.store.decisions_for_run(run_id)}
+    decided = {d.call_id: (d.verdict, d.actor) for d in story.decisions}
     assert decided == {first.id: ("approve", "alice"), second.id: ("deny", "alice")}
     outcomes = {
         p.tool_call_id: ("denied", p.reason) if isinstance(p, ToolDeniedPart) else (p.source, p.content)

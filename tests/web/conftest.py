@@ -8,6 +8,7 @@ copy of (tests/databases.py), not once per test.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -19,12 +20,11 @@ import pytest
 from fastapi import FastAPI
 
 from approvals.store import SYSTEM, Database, Store
-from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 
 from ..databases import BACKENDS, DATABASES
-from ..store.agents import email_agent, shop_agent
+from ..store import agents as store_agents
 from ..store.conftest import postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 
 PASSWORDS = {"alice": "alice-pw-1234", "bob": "bob-pw-1234", "victor": "victor-pw-1234", "ada": "ada-pw-1234"}
@@ -98,10 +98,24 @@ def web_tokens(db_url: str) -> dict[str, str]:
     return dict(DATABASES.template(backend, "web-users").seeded)
 
 
+@functools.cache
+def shared_app() -> tuple[FastAPI, Settings]:
+    """The app `web` serves, built once per process, and its settings.
+
+    Building it costs ~0.3 s of CPU (FastAPI makes ~330 fields for the routes), a third of a
+    quick web test. What a test may change is made anew each time the lifespan is entered: the
+    database (the test's own: `database_url` is set first), store, service, agent registry
+    (loaded from `agents`, so one a test registers goes with it) and event hubs.
+    """
+    agents = [f"{store_agents.__name__}:shop_agent", f"{store_agents.__name__}:email_agent"]
+    settings = Settings(database_url="sqlite://", worker=False, secret_key="test-secret", agents=agents)
+    return create_app(settings), settings
+
+
 @pytest.fixture
 async def web(db_url: str, web_tokens: dict[str, str]) -> AsyncIterator[WebApp]:
-    registry = AgentRegistry([shop_agent, email_agent])
-    app = create_app(Settings(database_url=db_url, worker=False, secret_key="test-secret"), registry=registry)
+    app, settings = shared_app()
+    settings.database_url = db_url
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
         yield WebApp(app=app, store=store, tokens=web_tokens)

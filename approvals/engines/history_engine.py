@@ -6,12 +6,14 @@ history_totals=)` and end with an `AgentRunResult`; `HistoryEngine` turns that i
 (`approvals.engines.seam.ResumableEngine`): verdicts become the deferred results the agent
 resumes with, the result becomes `Paused` or `Completed`, and the history is read through the
 engine's codec into the view model for the calls that wait and the outcomes of those that ran.
-An engine of this kind writes only its `name`, `codec` and `adopt`.
+An engine of this kind writes only its `name`, `codec` (most are a `FunctionCodec` of its own
+functions) and `adopt`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import pydantic_core
@@ -23,8 +25,21 @@ from .native.agent import AgentRunResult
 from .native.deferred import DeferredToolResults, results_from_verdicts
 from .native.usage import RunTotals
 from .seam import CallOutcomes, Completed, Paused, RunEnd, RunHooks, StateKind, Turn
+from .view import ModelRequest, ModelResponse
 
-__all__ = ("AgentRuns", "HistoryEngine")
+__all__ = ("AgentRuns", "FunctionCodec", "HistoryEngine")
+
+
+@dataclass(frozen=True)
+class FunctionCodec:
+    """A `HistoryCodec` made of an engine's own functions (see `HistoryCodec` for what each does)."""
+
+    format_version: int
+    dump_message: Callable[[Any], dict[str, Any]]
+    load_array: Callable[[str | bytes], list[Any]]
+    load_message: Callable[[dict[str, Any] | str | bytes], Any]
+    view: Callable[[Iterable[Any]], list[ModelRequest | ModelResponse]]
+    owns: Callable[[object], bool]
 
 
 class AgentRuns(Protocol):

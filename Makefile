@@ -84,7 +84,7 @@ QUICK_TESTS := not postgresql and not browser and not real_model and not chaos a
 check test: export PYTHONDONTWRITEBYTECODE :=
 check test: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
 check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
-	$(RUN) pytest -n 2 -m "$(QUICK_TESTS)"
+	$(RUN) pytest -n 2 --dist loadgroup -m "$(QUICK_TESTS)"
 
 # Most of the slow tests wait on processes they start (servers, CLIs, workers), so more xdist workers
 # than cores pay; --dist loadgroup keeps the tests that share an expensive fixture on one worker

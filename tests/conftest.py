@@ -54,6 +54,7 @@ SHARED_BY_MODULE = (
     "tests/test_packaging.py",  # a wheel built, and a virtual environment installed from it
     "tests/web/test_schemathesis.py",  # one served app
     "tests/test_readme_api.py",  # one app
+    "tests/test_markers.py",  # one collection of the suite in a subprocess
 )
 """Modules whose tests share a module- or session-scoped fixture that is costly to build: under
 `--dist loadgroup` each runs whole on one xdist worker, so the fixture is built once."""

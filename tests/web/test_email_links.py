@@ -34,9 +34,10 @@ from approvals.store import SYSTEM, Actor
 from approvals.store.email_links import LinkProblem
 from approvals.store.models import EmailLinkRow
 
+from ..eventually import eventually
 from ..fixtures.smtp_server import Delivered, SmtpServer, smtp_server
 from .conftest import WebApp
-from .test_email import SERVICE, eventually, gate_refund, mailing, paused_run, reviewers
+from .test_email import SERVICE, gate_refund, mailing, paused_run, reviewers
 from .test_gate import gate_call
 
 pytestmark = pytest.mark.anyio

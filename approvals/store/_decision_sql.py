@@ -1,30 +1,26 @@
 """The statements of a decision, built once from the tables: both databases run these same expressions.
 
-SQLite runs them through SQLAlchemy. PostgreSQL sends them compiled for psycopg in a
-pipeline, two round trips a decision (`backends.postgres_decisions`); there a plan's writes are one
-statement (`plan_write`): each write of `plan_statements` a CTE of the statement that
-appends the audit events and sends the wake-ups (which SQLAlchemy's transaction makes on
-SQLite), as every statement costs psycopg a send and a result to process.
+SQLite runs them through SQLAlchemy. PostgreSQL sends them compiled for psycopg
+(`backends.postgres_statements`) in a pipeline, two round trips a decision
+(`backends.postgres_decisions`); there a plan's writes are one statement (`plan_write`):
+each write of `plan_statements` a CTE of the statement that appends the audit events and
+sends the wake-ups (which SQLAlchemy's transaction makes on SQLite), as every statement
+costs psycopg a send and a result to process.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from functools import cache
 from typing import Any, cast
 
-from psycopg.types.json import Jsonb
-from sqlalchemy import JSON, Connection, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.instrumentation import manager_of_class
-from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.sql.expression import ClauseElement, Executable
+from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.selectable import HasCTE
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
@@ -36,7 +32,7 @@ from .audit import server_event
 from .backend import Transaction
 from .decision_rules import CallFacts, DecisionPlan, plan_decision
 from .hot_path_sql import function_name
-from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime, json_text
+from .models import STANDING, DecisionRow, RunRow, ToolCallRow, UTCDateTime
 
 CALLS = cast(Table, ToolCallRow.__table__)
 RUNS = cast(Table, RunRow.__table__)
@@ -131,39 +127,6 @@ def with_writes(audit: Executable, writes: tuple[Executable, ...]) -> Executable
     """
     ctes = [cast(HasCTE, _prefixed(write, f"s{i}_")).cte(f"write_{i}") for i, write in enumerate(writes)]
     return cast(Executable, cast(HasCTE, audit).add_cte(*ctes))
-
-
-@dataclass(frozen=True)
-class PsycopgStatement:
-    """A statement compiled once for psycopg, and the values it binds by itself."""
-
-    sql: str
-    defaults: Mapping[str, Any]
-    json_params: frozenset[str]
-
-    def params(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Parameters as psycopg takes them: JSON wrapped as JSONB, statuses as their text."""
-        merged = {**self.defaults, **values}
-        return {
-            name: Jsonb(value, dumps=json_text)
-            if name in self.json_params
-            else (value.value if isinstance(value, StrEnum) else value)
-            for name, value in merged.items()
-        }
-
-
-_PSYCOPG = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # SQLAlchemy's dialects are not annotated
-
-
-@cache
-def for_psycopg(statement: Executable) -> PsycopgStatement:
-    """`statement` as psycopg runs it; cached, as the statements are."""
-    compiled = cast(
-        SQLCompiler,
-        cast(ClauseElement, statement).compile(dialect=_PSYCOPG, compile_kwargs={"render_postcompile": True}),
-    )
-    json_params = frozenset(name for name, bind in compiled.binds.items() if isinstance(bind.type, JSON | JSONB))
-    return PsycopgStatement(str(compiled), dict(compiled.params), json_params)
 
 
 def call_facts(run: Mapping[Any, Any], call: Mapping[Any, Any], standing: Iterable[tuple[str, str]]) -> CallFacts:

@@ -27,10 +27,11 @@ from approvals import Conflict, NotFound
 from approvals.calls.states import CallStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store import Actor, Database, Store
-from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, for_psycopg, loaded_call
+from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, loaded_call
 from approvals.store.backends import postgres_decisions
 from approvals.store.backends.postgres import pooled_connection
 from approvals.store.backends.postgres_decisions import pg_decide
+from approvals.store.backends.postgres_statements import positional
 from approvals.store.migrate import upgrade
 from approvals.store.models import ToolCallRow
 from approvals.store.run_sql import Tx
@@ -161,9 +162,9 @@ async def test_the_call_columns_are_named_as_postgresql_describes_them(store: St
     if not store.db.is_postgres:
         pytest.skip("PostgreSQL's decision path")
     (calls,) = await paused_runs(store, tmp_path, 1)
-    lock_call = for_psycopg(LOCK_CALL)
+    lock_call = positional(LOCK_CALL)
     async with pooled_connection(store.db) as connection, connection.transaction():
-        cursor = await connection.execute(lock_call.sql, lock_call.params({"call_id": calls["refund"]}))
+        cursor = await connection.execute(lock_call.sql, lock_call.args({"call_id": calls["refund"]}))
         assert tuple(column.name for column in cursor.description or ()) == LOCK_CALL_COLUMNS
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from .store.backends.database import sqlite_file
+
 __all__ = (
     "DATABASE_FILE",
     "data_dir",
@@ -47,17 +49,6 @@ def data_dir(environ: Mapping[str, str] | None = None) -> Path:
 def default_database_url() -> str:
     """The per-user SQLite database: `sqlite:////home/me/.local/share/approvals/approvals.db`."""
     return f"sqlite:///{data_dir() / DATABASE_FILE}"
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite URL (relative to the current folder if the URL says so); None for other databases."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None  # the database layer says what is wrong with it
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
 
 
 def prepare_database(url: str) -> None:

@@ -1,9 +1,9 @@
 """Moved to `run_plan` (a worker's write as data); `run_sql` holds its statements.
 
-Kept for the callers outside the store that still import from here (`tests/store/conftest.py`,
-`tests/web/test_webhooks.py`, `backends/postgres.py` as committed), until they move.
+Kept for the two callers outside the store that still import from here (`tests/store/conftest.py`,
+`tests/web/test_webhooks.py`), until they move.
 """
 
-from .run_plan import RunWrite, lease_lost, utcnow
+from .run_plan import RunWrite, utcnow
 
-__all__ = ("RunWrite", "lease_lost", "utcnow")
+__all__ = ("RunWrite", "utcnow")

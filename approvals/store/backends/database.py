@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -26,7 +27,7 @@ from .postgres_connections import AutocommitConnections
 from .sqlite import SQLiteBackend
 from .sqlite_writes import BUSY_TIMEOUT_MS, SQLiteWriter, broken_file
 
-__all__ = ("Database", "backend_named", "json_text", "normalize_url")
+__all__ = ("Database", "backend_named", "json_text", "normalize_url", "sqlite_file")
 
 T = TypeVar("T")
 
@@ -50,6 +51,17 @@ def normalize_url(url: str | URL, *, sync: bool = False) -> URL:
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise UserError("SQLite needs a file path (sqlite:///approvals.db): several connections share the database")
     return parsed.set(drivername=_SYNC_DRIVERS[backend] if sync else _ASYNC_DRIVERS[backend])
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (relative to the current folder if the URL says so); None for other databases."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # `normalize_url` says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def backend_named(dialect: str) -> Backend:

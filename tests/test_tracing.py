@@ -26,9 +26,9 @@ from approvals.worker.resumer import AgentRegistry, Resumer
 from approvals_web.telemetry import exporter_from_environment
 
 from .store.agents import shop_agent
-from .store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - the shared fixtures
+from .store.conftest import postgres_url, sqlite_template  # noqa: F401 - the shared fixtures
 from .tracing_process import span_json
-from .web.conftest import WebApp, web  # noqa: F401 - the shared fixture
+from .web.conftest import WebApp, db_url, web, web_tokens  # noqa: F401 - the shared fixtures
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parent.parent

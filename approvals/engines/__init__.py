@@ -31,12 +31,20 @@ from .base import (
 from .gate import HOOK_ENGINES, MCP_ENGINE, GateEngine
 from .gate import engine as gate_engine
 from .native.engine import engine as native_engine
+from .seam import Completed, Paused, ResumableAgent, ResumableEngine, RunHooks, StateKind, Turn
 
 __all__ = (
+    "Completed",
     "Engine",
     "EngineKind",
     "GateEngine",
     "HistoryCodec",
+    "Paused",
+    "ResumableAgent",
+    "ResumableEngine",
+    "RunHooks",
+    "StateKind",
+    "Turn",
     "adopting_engines",
     "codec_for_format",
     "codec_of",

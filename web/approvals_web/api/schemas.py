@@ -28,8 +28,8 @@ from pydantic import (
 )
 
 from approvals.calls.states import CallStatus, RunStatus
-from approvals.engines.native.messages import ModelMessage
-from approvals.engines.native.tools import ToolDefinition
+from approvals.calls.tools import ToolDefinition
+from approvals.engines.view import ModelMessage
 from approvals.exceptions import UserError
 from approvals.policy import MAX_REMEMBER, RememberScope, parse_duration
 from approvals.policy.rules import GROUP_NAME

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from approvals.engines.native.messages import (
+from approvals.engines.view import (
     ModelRequest,
     ModelResponse,
     RetryPromptPart,

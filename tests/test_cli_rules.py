@@ -7,12 +7,10 @@ refused whole with every problem named, `--check` for drift, `export` read back 
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
@@ -20,10 +18,10 @@ from typer.testing import CliRunner
 from approvals.calls import CallRequest, validate_request
 from approvals.cli import app, with_store
 from approvals.store import Actor, Store
-from approvals.store.migrate import upgrade
 from approvals.store.models import PolicyRuleRow
 
-from .store.conftest import BACKENDS, PG_SERVER
+from .databases import DATABASES
+from .store.conftest import BACKENDS
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "rules"
@@ -41,20 +39,14 @@ def db(tmp_path: Path) -> str:
 
 @pytest.fixture(params=BACKENDS)
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated database of each backend: SQLite, and a throwaway PostgreSQL database."""
+    """A migrated database of each backend: SQLite, and a throwaway PostgreSQL database (a copy of the
+    session's migrated template)."""
     if request.param == "sqlite":
         yield request.getfixturevalue("db")
         return
-    name = f"approvals_cli_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = PG_SERVER.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        with psycopg.connect(PG_SERVER, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    url, _ = DATABASES.fresh("postgresql", tmp_path)
+    yield url
+    DATABASES.release(url)
 
 
 def run(db: str, *args: str, stdin: str | None = None) -> tuple[int, str]:

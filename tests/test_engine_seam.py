@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from approvals.calls import engines as base
 from approvals.calls.states import CallStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
-from approvals.engines import EngineKind, base, register_engine
+from approvals.engines import EngineKind, register_engine
 from approvals.engines.native.deferred import ToolAnswered, ToolApproved, ToolDenied, results_from_verdicts
 from approvals.engines.seam import StateKind, Turn, history_codec, resumable
 from approvals.exceptions import UserError

@@ -17,8 +17,9 @@ from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 
 from approvals import Agent, Tool, ToolRetryError, UserError
+from approvals.calls import engines as base
 from approvals.calls.states import CallStatus
-from approvals.engines import EngineKind, HistoryCodec, base, engine_for_format, get_engine, register_engine
+from approvals.engines import EngineKind, HistoryCodec, engine_for_format, get_engine, register_engine
 from approvals.engines.history import call_outcomes
 from approvals.engines.native.messages import (
     ModelRequest,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..engines.base import EngineKind, get_engine
+from .engines import EngineKind, get_engine
 from .states import RunStatus
 
 __all__ = ("status_once_decided",)

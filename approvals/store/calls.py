@@ -23,9 +23,9 @@ from sqlalchemy import RowMapping, Select, Table, and_, bindparam, select, updat
 
 from .. import tracing
 from ..calls.actors import Actor
+from ..calls.engines import EngineKind, get_engine
 from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
-from ..engines.base import EngineKind, get_engine
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import AskedCall, Outcome
 from ..policy.outcomes import call_columns, decided_details, rule_decision

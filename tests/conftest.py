@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 from argon2 import PasswordHasher
 
 from approvals import security
@@ -84,6 +85,7 @@ def _is_slow(item: pytest.Item) -> bool:
     return not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the xdist_group markers into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.path.resolve()
@@ -95,9 +97,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("postgresql")
         if _is_slow(item):
             item.add_marker("slow")
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
+        if group := _xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_start_early)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` for pytest 9.2, where xdist 3.8's own step no longer takes: it renames a
+    grouped test to `nodeid@group` through the old `_nodeid` field, and pytest now reads `_id`
+    (pytest-xdist issue 1386). The same renaming, through the field pytest reads; a no-op once xdist's works."""
+    if not config.getvalue("loadgroup"):
+        return
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
 
 
 def _start_early(item: pytest.Item) -> int:
@@ -108,16 +124,14 @@ def _start_early(item: pytest.Item) -> int:
     return 1 if item.get_closest_marker("coding_cli") else 2
 
 
-def _xdist_group(item: pytest.Item) -> str:
+def _xdist_group(item: pytest.Item) -> str | None:
     """The tests that share an expensive fixture run on one xdist worker (`--dist loadgroup`): every
     user of the model server on one (a server each would share the same 2 cores), a module of
-    SHARED_BY_MODULE on one; any other test is a group of its own, free to go anywhere."""
+    SHARED_BY_MODULE on one; any other test (None) is free to go anywhere."""
     if "llm_server" in getattr(item, "fixturenames", ()):
         return "llm_server"
     module = item.nodeid.split("::", 1)[0]
-    if module.startswith(SHARED_BY_MODULE):
-        return module
-    return item.nodeid
+    return module if module.startswith(SHARED_BY_MODULE) else None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

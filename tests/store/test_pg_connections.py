@@ -176,3 +176,21 @@ async def test_a_refused_write_ends_its_transaction_and_keeps_its_connection(sto
     await store.finish(run_id, "w1", step, output="done")  # the run's lock is free
     assert (await store.get_run(run_id)).status == "completed"
     assert (await store.verify_audit()).ok
+
+
+async def test_a_claim_that_finds_no_run_keeps_its_connections_prepared_statements(
+    store: Store, tmp_path: Path
+) -> None:
+    """An idle worker's claim leases nothing and ends with COMMIT: a ROLLBACK would deallocate them all."""
+    postgres_only(store)
+    run_id, _ = await decided_shop_run(store, tmp_path)
+    assert await store.claim("w1", run_id=run_id) is not None  # the hot path's statements are prepared now
+    pid = await backend_pid(store.db)
+    for _ in range(2):
+        assert await store.claim("w2") is None  # nothing is ready
+    async with pooled_connection(store.db) as connection:
+        await connection.execute("SELECT 1")  # psycopg deallocates what it forgot before its next statement
+        prepared = await connection.execute("SELECT pg_backend_pid(), count(*) FROM pg_prepared_statements")
+        row = await prepared.fetchone()
+    assert row is not None
+    assert (row[0], row[1] > 0) == (pid, True)

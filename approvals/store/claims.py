@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, or_, sele
 
 from ..calls.actors import SYSTEM
 from ..calls.states import DECIDED_CALL_STATUSES, CallStatus, RunStatus
-from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
+from ..calls.stored_history import load_stored_history
 from .audit import AuditEvent, call_event, run_event
 from .backend import Backend, WakeUps
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
@@ -28,7 +28,8 @@ from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 if TYPE_CHECKING:
     from .backends.database import Database
 
-ModelMessage = ModelRequest | ModelResponse
+ModelMessage = Any
+"""A stored message, in the types of the engine that wrote it (`approvals.calls.stored_history`)."""
 STALE_LEASE_CHECK_SECONDS = 1.0
 """How often a claim on PostgreSQL looks for dead workers' runs before ready ones (leases last a minute)."""
 

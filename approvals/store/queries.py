@@ -20,8 +20,8 @@ from sqlalchemy import ColumnElement, String, and_, cast, exists, false, func, o
 
 from ..calls.actors import Actor
 from ..calls.options import CallOptions, call_options, reviewer_refusal
+from ..calls.stored_history import load_stored_history
 from ..calls.tools import ToolDefinition
-from ..engines.native.messages import ModelRequest, ModelResponse, load_stored_history
 from ..exceptions import NotFound, UserError
 from ..policy.rules import Kind
 from ._base import StoreBase
@@ -113,7 +113,7 @@ def _cursor_value(value: Any, kind: type) -> Any:
 class Queries(StoreBase):
     """Read-only operations."""
 
-    async def load_history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
+    async def load_history(self, run_id: str) -> list[Any]:
         """A run's whole message history, in order."""
         async with self.db.read() as session:
             rows = await session.execute(

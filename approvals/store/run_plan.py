@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..calls.stored_history import dump_stored, stored_format
 from ..calls.tools import DeferredToolCall, ToolDefinition
-from ..engines.native.messages import ModelRequest, ModelResponse, dump_message, format_version_of
 from ..exceptions import LeaseLost, NotFound
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import call_columns
@@ -101,7 +101,7 @@ class RunWrite:
 
     run_id: str
     worker_id: str
-    messages: Sequence[ModelRequest | ModelResponse] = ()
+    messages: Sequence[Any] = ()
     """Appended after the run's last stored message."""
     changes: dict[str, Any] = field(default_factory=dict)
     """Run columns to set (`HELD_RUN_COLUMNS`)."""
@@ -147,11 +147,11 @@ def pending_call(request: DeferredToolCall, now: dt.datetime, outcome: Outcome =
     }
 
 
-def message_rows(messages: Sequence[ModelRequest | ModelResponse], now: dt.datetime) -> list[dict[str, Any]]:
+def message_rows(messages: Sequence[Any], now: dt.datetime) -> list[dict[str, Any]]:
     """A step's messages as stored, in order; the write numbers them after the run's stored ones."""
-    version = format_version_of(messages)
+    version = stored_format(messages)
     return [
-        {"kind": message.kind, "format_version": version, "data": dump_message(message), "created_at": now}
+        {"kind": message.kind, "format_version": version, "data": dump_stored(message), "created_at": now}
         for message in messages
     ]
 

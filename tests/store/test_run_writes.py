@@ -222,7 +222,7 @@ async def test_a_claim_sends_only_the_messages_a_worker_lacks(store: Store) -> N
 
     claimed = await store.claim("w2", run_id=run_id, lease_seconds=60, known={run_id: 3, "other": 99})
     assert claimed is not None and claimed.history_from == 3
-    assert [m.parts[0].content for m in claimed.history] == ["m3", "m4"]  # type: ignore[union-attr]
+    assert [m.parts[0].content for m in claimed.history] == ["m3", "m4"]
     await store.release(run_id, "w2")
 
     restored = await store.claim("w3", run_id=run_id, lease_seconds=60, known={run_id: 50})  # more than is stored

@@ -67,6 +67,9 @@ class TooCostly(Exception):
 
 @dataclass
 class _Budget:
+    """The CPU time this thread may spend (`time.thread_time`), not wall time: a machine busy with other
+    work, or another thread holding the GIL, must not refuse a check that costs what it always costs."""
+
     deadline: float
     seconds: float
     quick: bool
@@ -83,7 +86,7 @@ def quick_pass(seconds: float = QUICK_SECONDS) -> Iterator[None]:
     and the caller runs them again in a worker thread, under the full `MAX_SECONDS` (`bounded_run`).
 
     A 200 µs thread hop costs more than most validations take, so most never leave the loop."""
-    token = _BUDGET.set(_Budget(time.monotonic() + seconds, seconds, quick=True))
+    token = _BUDGET.set(_Budget(time.thread_time() + seconds, seconds, quick=True))
     try:
         yield
     finally:
@@ -95,7 +98,7 @@ def bounded_run(run: Callable[[], T], refuse: Callable[[str], Exception]) -> T:
     budget applies instead and `TooCostly` is raised for the caller to try again off the loop."""
     if (outer := _BUDGET.get()) is not None and outer.quick:
         return run()
-    token = _BUDGET.set(_Budget(time.monotonic() + MAX_SECONDS, MAX_SECONDS, quick=False))
+    token = _BUDGET.set(_Budget(time.thread_time() + MAX_SECONDS, MAX_SECONDS, quick=False))
     try:
         return run()
     except TooCostly as exc:
@@ -109,7 +112,7 @@ def _spend() -> None:
     if state is None:
         return
     state.steps += 1
-    if state.steps % _CHECK_EVERY == 0 and time.monotonic() > state.deadline:
+    if state.steps % _CHECK_EVERY == 0 and time.thread_time() > state.deadline:
         raise TooCostly(f"checking against the tool's schema takes longer than {state.seconds:g} s")
 
 

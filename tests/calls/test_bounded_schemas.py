@@ -10,6 +10,7 @@ validation in a thread and asks that it end within a minute: termination, not sp
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -185,3 +186,12 @@ def test_checking_a_schema_against_its_metaschema_is_bounded_too() -> None:
     assert check_json_schema(properties(500)) == []  # with the full budget, a large but ordinary schema passes
     [refused] = check_json_schema(properties(20_000))
     assert refused.startswith("json_schema is too costly to check")
+
+
+def test_time_the_thread_spends_waiting_does_not_count_against_the_budget() -> None:
+    """The budget is CPU time: a loaded machine (other processes, another thread holding the GIL) stretches the
+    wall time of an ordinary check, and must not turn it into a refusal."""
+    schema = with_property({"type": "array", "items": {"type": "integer"}})
+    with quick_pass(0.05):
+        time.sleep(0.1)  # the thread waits: wall time passes the budget, its CPU time does not
+        assert JsonSchemaArgs(schema).validate_python({"x": list(range(200))}) == {"x": list(range(200))}

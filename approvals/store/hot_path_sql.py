@@ -2,13 +2,15 @@
 
 The hot path is SQLAlchemy Core statements that both databases run (`run_sql`,
 `_decision_sql`, `lifecycle`); PostgreSQL pipelines them. What it still does in functions
-is extend the audit chain, as the last statement before COMMIT (`_decision_sql.audit_and_wake`):
+is extend the audit chain, as the last statement before COMMIT (`_decision_sql.audit_and_wake`),
+and refuse a worker's write whose guard did not hold (`approvals_require_v4`, version 4), so its
+audit appends and COMMIT go in the pipeline of its statements:
 `approvals_audit_head_v2` takes the chain's lock and reads its head, `approvals_audit_append_v2`
 hashes and inserts an event, over the canonical JSON `approvals_event_content_v2` builds, which
 a test holds to `audit.event_content`.
 
 The function bodies live in `sql/hot_path_v{N}.sql`, released files that are never
-edited: migration 0011 installs version 2, 0012 version 3, each refusing a file that
+edited: migration 0011 installs version 2, 0012 version 3, 0020 version 4, each refusing a file that
 differs from the one it recorded. Migration 0015 dropped the functions that held a second
 copy of the claim and of a worker's writes (`DROPPED_FUNCTIONS`); a downgrade past it
 creates them again from these files.
@@ -37,6 +39,7 @@ FUNCTION_VERSIONS = {
     "event_content": 2,
     "audit_head": 2,
     "audit_append": 2,
+    "require": 4,
 }
 """The functions this code calls, each at the version that last changed it."""
 FUNCTIONS = ("event_content", "audit_head", "audit_append", "run_write", "stale_lease", "claim")
@@ -50,8 +53,8 @@ DROPPED_FUNCTIONS = {
 }
 """The versioned functions migration 0015 dropped (name: argument types), callers first: the claim and
 a worker's writes are statements both databases run now."""
-HOT_PATH_VERSION = 3
-"""The newest released file (migration 0012)."""
+HOT_PATH_VERSION = 4
+"""The newest released file (migration 0020)."""
 
 
 def function_name(function: str, version: int | None = None) -> str:

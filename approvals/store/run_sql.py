@@ -9,7 +9,9 @@ alone: no statement needs another's result, so PostgreSQL sends them all in one 
 message count, its agent, which calls actually moved) is read by the statements
 themselves; their returned rows then make the audit events (`WriteSteps.events`), and a
 guard that did not hold (the worker no longer holds the run, a call to execute is not
-approved) refuses the write before it commits.
+approved) refuses the write before it commits. A write that moves no call (a step without
+results, a pause, a finish) needs no row for its events but the run's agent
+(`WriteSteps.audited_unseen`): PostgreSQL sends it whole, its guards raising in the server.
 
 The claim's reads and its start of the approved calls are steps of the same kind
 (`lifecycle._claim_steps`); the few writes other operations share are here too (holding a
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, cast
 
@@ -311,15 +313,28 @@ class WriteSteps:
     _events: list[AuditEvent] = field(default_factory=list)
 
     @property
-    def may_commit_unseen(self) -> bool:
-        """Whether the write may commit before its rows are read: a step's messages and the hold, and nothing else.
+    def audited_unseen(self) -> bool:
+        """Whether its audit events need none of its rows: it moves no call, so its rows only guard it.
 
-        Both carry the lease guard, so a write by a worker that lost its lease changes nothing,
-        and there is nothing to audit. PostgreSQL then sends it with its COMMIT, in one round trip.
+        The guards (`guards`) are the hold (the worker still holds the run) and the rules'
+        revision; the run's agent, which its events name, the database reads (`unseen_events`).
+        PostgreSQL then sends the steps, guards raising in the server, the audit appends and
+        COMMIT in one round trip.
         """
         w = self.write
-        others = (w.tool_definitions, w.calls, w.decisions, w.results, w.released, w.events, w.announcements)
-        return w.start_executing is None and w.interrupted is None and not any(others)
+        return w.start_executing is None and not w.results and not w.released and w.interrupted is None
+
+    def guards(self) -> dict[int, str]:
+        """The steps whose rows only guard the write, by index: "held" (a row, or the worker no longer holds the
+        run) and "rules" (the revision the write's calls were decided by, or the rules changed)."""
+        kinds = {self._read_hold: "held", self._read_rules_revision: "rules"}
+        return {index: kinds[read] for index, read in self._readers if read in kinds}
+
+    def unseen_events(self) -> list[AuditEvent]:
+        """The events of a write `audited_unseen`, in order, before any of its rows: the run's agent left None,
+        for the database to fill in from the run."""
+        run = HeldRun(self.write.run_id, "", 0, self.write.worker_id)
+        return [replace(_event(run, self.write.now, event), agent_name=None) for event in self.write.events]
 
     def events(self, results: Sequence[Rows]) -> list[AuditEvent]:
         """The write's audit events from its steps' rows, in `RunWrite`'s order; raises when a guard did not hold.

@@ -108,7 +108,8 @@ def test_migrations_install_exactly_the_file(tmp_path: Path) -> None:
         called = {function_name(f) for f in FUNCTION_VERSIONS}
         assert function_definitions(migrated) == {name: text for name, text in released.items() if name in called}
         downgrade(migrated, "0014")
-        assert function_definitions(migrated) == released
+        by_0014 = {name for version in range(2, 4) for name in defined(version)}  # version 4 is migration 0020's
+        assert function_definitions(migrated) == {name: text for name, text in released.items() if name in by_0014}
 
 
 def test_a_dropped_function_is_created_again_from_its_file() -> None:

@@ -6,12 +6,14 @@ statements, SQLAlchemy Core compiled once for psycopg and prepared (`postgres_st
 sent together on a connection kept in autocommit mode (`postgres_connections`), between a
 BEGIN and a COMMIT that are statements of the pipeline too:
 
-- a worker's write (`pg_run_write`): its steps (`run_sql.write_steps`) in one round
-  trip; their rows are checked in Python (the worker still holds the run, every call to
-  execute was approved) and the audit events made from them; then the audit appends and
-  the wake-ups, and COMMIT, in a second (ROLLBACK instead when a check failed). A step
-  that only appends messages carries the lease guard in each statement and audits
-  nothing: it goes with its COMMIT, in one round trip;
+- a worker's write (`pg_run_write`) that moves no call (a step, a pause, a finish: what
+  `WriteSteps.audited_unseen` says) is one round trip: its steps, its guards raising in the
+  server (`approvals_require_v4`: the worker still holds the run, the rules are the ones
+  its calls were decided by), its audit appends, the run's agent read by the server, the
+  wake-ups and COMMIT. A failed guard skips the rest; its error becomes the one SQLite's
+  path raises. One that moves calls (starts, settles, releases them) sends its steps in
+  one round trip, checks their rows in Python and makes the audit events from them, then
+  the audit appends, the wake-ups and COMMIT in a second (ROLLBACK when a check failed);
 - a claim (`lifecycle._claim_pipelined`) leases the oldest ready run, then reads what the
   worker needs and starts the approved calls, then audits and commits: three round trips;
 - a decision (`backends.postgres_decisions`): two.
@@ -35,15 +37,21 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import psycopg
+from sqlalchemy import Text, bindparam, func, literal, select
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.expression import Executable
-from sqlalchemy.sql.selectable import HasCTE
+from sqlalchemy.sql.selectable import HasCTE, Select
+from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 from sqlalchemy.util import greenlet_spawn
 
 from .._decision_sql import audit_and_wake_params
 from ..decision_rules import DecisionPlan
-from ..run_plan import RunWrite, lease_lost
-from ..run_sql import RUN_STATUS, NotHeld, Rows, Step, write_steps
+from ..hot_path_sql import function_name
+from ..models import RunRow
+from ..run_plan import RulesChanged, RunWrite, lease_lost
+from ..run_sql import RULES_REVISION, RUN_STATUS, NotHeld, Rows, Step, WriteSteps, write_steps
 from .postgres_statements import PREPARE, positional
 
 if TYPE_CHECKING:
@@ -176,12 +184,17 @@ class PipelinedTransaction:
         """`steps` in one round trip: their rows."""
         return await self.rows(await self.send(steps))
 
-    async def commit(self, events: Sequence[AuditEvent], announcements: Sequence[tuple[str, str]]) -> None:
-        """Queue the audit appends and wake-ups (`chain_and_wake`) and COMMIT: the block's end sends them."""
+    async def commit(
+        self, events: Sequence[AuditEvent], announcements: Sequence[tuple[str, str]], *, agent_of_run: bool = False
+    ) -> None:
+        """Queue the audit appends and wake-ups (`chain_and_wake`) and COMMIT: the block's end sends them.
+
+        With `agent_of_run`, an event that names no agent names its run's, read by the server.
+        """
         chained = chain_and_wake(events, announcements)
         if chained is not None:
             audit, params = chained
-            statement = positional(audit)
+            statement = positional(_agent_of_run(audit) if agent_of_run else audit)
             await self._quiet.execute(statement.sql, statement.args(params), prepare=PREPARE)
         await self._quiet.execute(_COMMIT)
         self.ended = True
@@ -251,24 +264,92 @@ async def pg_rows(db: Database, steps: Sequence[Step]) -> list[Rows]:
         return await fetched(cursors)
 
 
+NOT_HELD = "AP001"
+"""The SQLSTATE `approvals_require_v4` raises when the worker no longer holds the run."""
+RULES_CHANGED = "AP003"
+"""… and when the rules that decided a write's calls are not the rules in force (DETAIL: their revision)."""
+
+
+@cache
+def _agent_of_run(audit: Executable) -> Executable:
+    """`audit` (`chain_and_wake`'s statement) where an event's agent, when not given, is its run's."""
+
+    def fill(element: Any, **_: Any) -> Any:
+        if isinstance(element, BindParameter) and element.key.endswith("_agent_name"):
+            run_id = bindparam(element.key.removesuffix("_agent_name") + "_run_id", None, type_=Text)
+            of_run = select(RunRow.agent_name).where(RunRow.id == run_id).scalar_subquery()
+            return func.coalesce(bindparam(element.key, None, type_=element.type), of_run)
+        return None
+
+    return cast(Executable, replacement_traverse(cast(ExternallyTraversible, audit), {}, fill))
+
+
+def _require(condition: Any, sqlstate: str, message: str, detail: Any = None) -> Any:
+    return getattr(func, function_name("require"))(condition, literal(sqlstate, Text), literal(message, Text), detail)
+
+
+@cache
+def _required_hold(hold: Executable) -> Select[Any]:
+    """The hold (`run_sql._hold_statement`), raising `NOT_HELD` in the server when it matched no run."""
+    held = cast(HasCTE, hold).cte("held")
+    return select(_require(func.count() == 1, NOT_HELD, "the worker no longer holds the run")).select_from(held)
+
+
+REQUIRED_RULES = select(
+    _require(
+        RULES_REVISION.scalar_subquery() == bindparam("expected_revision"),
+        RULES_CHANGED,
+        "the rules changed",
+        sql_cast(RULES_REVISION.scalar_subquery(), Text),
+    )
+)
+"""The rules' revision, raising `RULES_CHANGED` in the server unless it is the one the write's calls were decided by."""
+
+
+def _guarded(planned: WriteSteps) -> list[Step]:
+    """The write's steps, its guards raising in the server instead of returning rows for Python to check."""
+    steps = list(planned.steps)
+    for index, kind in planned.guards().items():
+        step = steps[index]
+        assert isinstance(step.params, Mapping)
+        if kind == "held":
+            steps[index] = Step(_required_hold(step.statement), step.params)
+        else:
+            steps[index] = Step(REQUIRED_RULES, {**step.params, "expected_revision": planned.write.rules_revision})
+    return steps
+
+
 async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[str]) -> None:
-    """Carry out a worker's write to the run it holds: its steps in a pipeline, then its audit events and COMMIT.
+    """Carry out a worker's write to the run it holds, in one transaction of one round trip or two.
 
     `stored_tool_versions` are the tool definitions known to be in this database already: a
     version's definition never changes, so they are not sent again.
     """
     planned = write_steps(write, db.backend, stored_tool_versions)
     try:
-        async with pipelined(db) as transaction:
-            cursors = await transaction.send(planned.steps)
-            if planned.may_commit_unseen:  # every statement carries the lease guard, and none is audited
-                await transaction.commit((), ())
-            else:
-                events = planned.events(await transaction.rows(cursors))
+        if planned.audited_unseen:
+            await _write_in_one_round_trip(db, planned)
+        else:
+            async with pipelined(db) as transaction:
+                events = planned.events(await transaction.run(planned.steps))
                 await transaction.commit(events, write.announcements)
-        if planned.may_commit_unseen:
-            planned.events(await fetched(cursors))  # NotHeld if the hold matched nothing: nothing was written
     except NotHeld:
         [found] = await pg_rows(db, [Step(RUN_STATUS, {"run_id": write.run_id}, returns=True)])
         raise lease_lost(write.run_id, write.worker_id, found[0][0] if found else None) from None
     stored_tool_versions.update(definition.version for definition in write.tool_definitions)
+
+
+async def _write_in_one_round_trip(db: Database, planned: WriteSteps) -> None:
+    """Steps, guards, audit appends, wake-ups and COMMIT in one pipeline with one sync; a guard's error as SQLite's."""
+    try:
+        async with pipelined(db) as transaction:
+            await transaction.send(_guarded(planned))
+            await transaction.commit(planned.unseen_events(), planned.write.announcements, agent_of_run=True)
+    except DBAPIError as exc:
+        state = getattr(exc.orig, "sqlstate", None)
+        if state == NOT_HELD:
+            raise NotHeld from None
+        if state == RULES_CHANGED:
+            detail = getattr(getattr(exc.orig, "diag", None), "message_detail", None)
+            raise RulesChanged(int(detail) if detail else None) from None
+        raise

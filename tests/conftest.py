@@ -108,7 +108,7 @@ def pytest_collection_modifyitems_xdist_groups(config: pytest.Config, items: lis
     """`--dist loadgroup` for pytest 9.2, where xdist 3.8's own step no longer takes: it renames a
     grouped test to `nodeid@group` through the old `_nodeid` field, and pytest now reads `_id`
     (pytest-xdist issue 1386). The same renaming, through the field pytest reads; a no-op once xdist's works."""
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
         return
     for item in items:
         mark = item.get_closest_marker("xdist_group")

@@ -309,32 +309,44 @@ class WriteSteps:
     write: RunWrite
     steps: list[Step] = field(default_factory=list)
     _readers: list[tuple[int, Callable[[Rows], None]]] = field(default_factory=list)
+    _result_steps: list[int] = field(default_factory=list)
     _held: HeldRun | None = None
     _events: list[AuditEvent] = field(default_factory=list)
 
     @property
     def audited_unseen(self) -> bool:
-        """Whether its audit events need none of its rows: it moves no call, so its rows only guard it.
+        """Whether its audit events can be made before its rows: it starts, releases and interrupts no call.
 
-        The guards (`guards`) are the hold (the worker still holds the run) and the rules'
-        revision; the run's agent, which its events name, the database reads (`unseen_events`).
-        PostgreSQL then sends the steps, guards raising in the server, the audit appends and
-        COMMIT in one round trip.
+        Its rows then only guard it (`guards`): the hold (the worker still holds the run), the
+        rules' revision, and each result's settle (its call was executing). What its events
+        name that the worker was not told (the run's agent, a settled call's id and tool) the
+        database reads (`unseen_events`). PostgreSQL then sends the steps, guards raising in
+        the server, the audit appends and COMMIT in one round trip.
         """
         w = self.write
-        return w.start_executing is None and not w.results and not w.released and w.interrupted is None
+        return w.start_executing is None and not w.released and w.interrupted is None
 
     def guards(self) -> dict[int, str]:
         """The steps whose rows only guard the write, by index: "held" (a row, or the worker no longer holds the
-        run) and "rules" (the revision the write's calls were decided by, or the rules changed)."""
+        run), "rules" (the revision the write's calls were decided by, or the rules changed) and "settled" (one
+        row: the call of a result was executing; otherwise the result is left, and its event must not be)."""
         kinds = {self._read_hold: "held", self._read_rules_revision: "rules"}
-        return {index: kinds[read] for index, read in self._readers if read in kinds}
+        guards = {index: kinds[read] for index, read in self._readers if read in kinds}
+        return guards | dict.fromkeys(self._result_steps, "settled")
 
-    def unseen_events(self) -> list[AuditEvent]:
-        """The events of a write `audited_unseen`, in order, before any of its rows: the run's agent left None,
-        for the database to fill in from the run."""
+    def unseen_events(self) -> list[tuple[AuditEvent, str | None]]:
+        """The events of a write `audited_unseen`, in `events`' order, before any of its rows, each with the tool
+        call id of the call it is about: the run's agent (None), and a settled call's id ("") and tool (None), are
+        left for the database to fill in."""
         run = HeldRun(self.write.run_id, "", 0, self.write.worker_id)
-        return [replace(_event(run, self.write.now, event), agent_name=None) for event in self.write.events]
+        settled = [
+            (RunEvent(f"call.{status}", "call", "", None, {"result": result}), tool_call_id)
+            for tool_call_id, (status, result) in self.write.results.items()
+        ]
+        own: list[tuple[RunEvent, str | None]] = [(event, None) for event in self.write.events]
+        return [
+            (replace(_event(run, self.write.now, event), agent_name=None), call) for event, call in [*settled, *own]
+        ]
 
     def events(self, results: Sequence[Rows]) -> list[AuditEvent]:
         """The write's audit events from its steps' rows, in `RunWrite`'s order; raises when a guard did not hold.
@@ -425,6 +437,7 @@ def write_steps(write: RunWrite, backend: Backend, stored_tool_versions: Iterabl
         planned._add(approvals)
         planned._add(move, planned._read_started)
     for tool_call_id, (status, result) in write.results.items():
+        planned._result_steps.append(len(planned.steps))
         settle = {"in_run": run_id, "call_in_run": tool_call_id, "new_status": status, "new_result": result}
         planned._add(
             Step(_settle_statement(True), {**settle, "now": now}, returns=True),

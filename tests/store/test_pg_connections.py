@@ -125,7 +125,7 @@ def round_trips(trace: Path) -> int:
     return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and "\tSync" in line)
 
 
-async def test_a_step_and_a_finish_are_one_round_trip_a_claim_three_and_a_settling_write_two(
+async def test_a_worker_write_is_one_round_trip_and_a_claim_three(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
@@ -147,9 +147,9 @@ async def test_a_step_and_a_finish_are_one_round_trip_a_claim_three_and_a_settli
     step = [ModelResponse(parts=[TextPart(content="refunded")])]
     await cost(store.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
     results = {call_id: (CallStatus.SUCCEEDED, "ok") for call_id in claimed.executing}
-    await cost(store.append_step(run_id, "w1", step, results=results))  # audited from the calls it settled
+    await cost(store.append_step(run_id, "w1", step, results=results))  # the server names the calls it settled
     await cost(store.finish(run_id, "w1", step, output="done"))  # guards raise in the server: audited, one trip
-    assert costs == [3, 1, 2, 1]
+    assert costs == [3, 1, 1, 1]
     assert (await store.get_run(run_id)).status == "completed"
     assert (await store.get_call(ids["refund"])).status == "succeeded"
     assert (await store.verify_audit()).ok

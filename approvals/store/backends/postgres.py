@@ -39,6 +39,7 @@ import anyio
 import psycopg
 from sqlalchemy import Text, bindparam, func, literal, select
 from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.expression import Executable
@@ -49,7 +50,7 @@ from sqlalchemy.util import greenlet_spawn
 from .._decision_sql import audit_and_wake_params
 from ..decision_rules import DecisionPlan
 from ..hot_path_sql import function_name
-from ..models import RunRow
+from ..models import RunRow, ToolCallRow
 from ..run_plan import RulesChanged, RunWrite, lease_lost
 from ..run_sql import RULES_REVISION, RUN_STATUS, NotHeld, Rows, Step, WriteSteps, write_steps
 from .postgres_statements import PREPARE, positional
@@ -185,16 +186,24 @@ class PipelinedTransaction:
         return await self.rows(await self.send(steps))
 
     async def commit(
-        self, events: Sequence[AuditEvent], announcements: Sequence[tuple[str, str]], *, agent_of_run: bool = False
+        self,
+        events: Sequence[AuditEvent],
+        announcements: Sequence[tuple[str, str]],
+        *,
+        calls_in_run: Sequence[str | None] | None = None,
     ) -> None:
         """Queue the audit appends and wake-ups (`chain_and_wake`) and COMMIT: the block's end sends them.
 
-        With `agent_of_run`, an event that names no agent names its run's, read by the server.
+        With `calls_in_run` (a tool call id or None per event), what the server fills in: an event that names
+        no agent names its run's, and one given a tool call id names that call of its run and its tool.
         """
         chained = chain_and_wake(events, announcements)
         if chained is not None:
             audit, params = chained
-            statement = positional(_agent_of_run(audit) if agent_of_run else audit)
+            if calls_in_run is not None:
+                audit = _filled_in_by_server(audit)
+                params |= {f"e{i}_call_in_run": call for i, call in enumerate(calls_in_run)}
+            statement = positional(audit)
             await self._quiet.execute(statement.sql, statement.args(params), prepare=PREPARE)
         await self._quiet.execute(_COMMIT)
         self.ended = True
@@ -268,17 +277,30 @@ NOT_HELD = "AP001"
 """The SQLSTATE `approvals_require_v4` raises when the worker no longer holds the run."""
 RULES_CHANGED = "AP003"
 """… and when the rules that decided a write's calls are not the rules in force (DETAIL: their revision)."""
+NOT_EXECUTING = "AP004"
+"""… and when a result's call was not executing: the write goes again the way whose events come from its rows."""
 
 
 @cache
-def _agent_of_run(audit: Executable) -> Executable:
-    """`audit` (`chain_and_wake`'s statement) where an event's agent, when not given, is its run's."""
+def _filled_in_by_server(audit: Executable) -> Executable:
+    """`audit` (`chain_and_wake`'s statement) where the server names what the worker was not told: an event's
+    agent, when not given, is its run's; an event given a call (`e{i}_call_in_run`) names that call and its tool."""
 
     def fill(element: Any, **_: Any) -> Any:
-        if isinstance(element, BindParameter) and element.key.endswith("_agent_name"):
-            run_id = bindparam(element.key.removesuffix("_agent_name") + "_run_id", None, type_=Text)
+        if not isinstance(element, BindParameter) or not element.key.startswith("e"):
+            return None
+        event, _sep, name = element.key.partition("_")
+        run_id = bindparam(f"{event}_run_id", None, type_=Text)
+        if name == "agent_name":
             of_run = select(RunRow.agent_name).where(RunRow.id == run_id).scalar_subquery()
             return func.coalesce(bindparam(element.key, None, type_=element.type), of_run)
+        if name == "event":
+            named = select(func.jsonb_build_object("subject_id", ToolCallRow.id, "tool_name", ToolCallRow.tool_name))
+            call = named.where(
+                ToolCallRow.run_id == run_id, ToolCallRow.tool_call_id == bindparam(f"{event}_call_in_run", None)
+            ).scalar_subquery()
+            given = bindparam(element.key, None, type_=element.type)
+            return given.op("||")(func.coalesce(call, sql_cast(literal("{}"), JSONB)))
         return None
 
     return cast(Executable, replacement_traverse(cast(ExternallyTraversible, audit), {}, fill))
@@ -289,10 +311,10 @@ def _require(condition: Any, sqlstate: str, message: str, detail: Any = None) ->
 
 
 @cache
-def _required_hold(hold: Executable) -> Select[Any]:
-    """The hold (`run_sql._hold_statement`), raising `NOT_HELD` in the server when it matched no run."""
-    held = cast(HasCTE, hold).cte("held")
-    return select(_require(func.count() == 1, NOT_HELD, "the worker no longer holds the run")).select_from(held)
+def _required_one(statement: Executable, sqlstate: str, message: str) -> Select[Any]:
+    """`statement` (an UPDATE … RETURNING), raising `sqlstate` in the server unless it changed exactly one row."""
+    changed = cast(HasCTE, statement).cte("changed")
+    return select(_require(func.count() == 1, sqlstate, message)).select_from(changed)
 
 
 REQUIRED_RULES = select(
@@ -313,7 +335,11 @@ def _guarded(planned: WriteSteps) -> list[Step]:
         step = steps[index]
         assert isinstance(step.params, Mapping)
         if kind == "held":
-            steps[index] = Step(_required_hold(step.statement), step.params)
+            steps[index] = Step(
+                _required_one(step.statement, NOT_HELD, "the worker no longer holds the run"), step.params
+            )
+        elif kind == "settled":
+            steps[index] = Step(_required_one(step.statement, NOT_EXECUTING, "the call is not executing"), step.params)
         else:
             steps[index] = Step(REQUIRED_RULES, {**step.params, "expected_revision": planned.write.rules_revision})
     return steps
@@ -327,9 +353,7 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
     """
     planned = write_steps(write, db.backend, stored_tool_versions)
     try:
-        if planned.audited_unseen:
-            await _write_in_one_round_trip(db, planned)
-        else:
+        if not planned.audited_unseen or not await _write_in_one_round_trip(db, planned):
             async with pipelined(db) as transaction:
                 events = planned.events(await transaction.run(planned.steps))
                 await transaction.commit(events, write.announcements)
@@ -339,14 +363,22 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
     stored_tool_versions.update(definition.version for definition in write.tool_definitions)
 
 
-async def _write_in_one_round_trip(db: Database, planned: WriteSteps) -> None:
-    """Steps, guards, audit appends, wake-ups and COMMIT in one pipeline with one sync; a guard's error as SQLite's."""
+async def _write_in_one_round_trip(db: Database, planned: WriteSteps) -> bool:
+    """Steps, guards, audit appends, wake-ups and COMMIT in one pipeline with one sync; a guard's error as SQLite's.
+
+    False when a result's call was not executing: nothing was written, and the write's rows must say which.
+    """
+    unseen = planned.unseen_events()
+    events, calls = [event for event, _ in unseen], [call for _, call in unseen]
     try:
         async with pipelined(db) as transaction:
             await transaction.send(_guarded(planned))
-            await transaction.commit(planned.unseen_events(), planned.write.announcements, agent_of_run=True)
+            await transaction.commit(events, planned.write.announcements, calls_in_run=calls)
+        return True
     except DBAPIError as exc:
         state = getattr(exc.orig, "sqlstate", None)
+        if state == NOT_EXECUTING:
+            return False
         if state == NOT_HELD:
             raise NotHeld from None
         if state == RULES_CHANGED:

@@ -48,11 +48,11 @@ from approvals.store import Database, Store  # noqa: E402
 
 bench_resume: Any = importlib.import_module("bench_resume")
 databases: Any = importlib.import_module("_databases")
-try:
-    from approvals.worker.resumer import AgentRegistry, Resumer
-except ImportError:  # an older checkout
-    resumer_module: Any = importlib.import_module("approvals.resumer")
-    AgentRegistry, Resumer = resumer_module.AgentRegistry, resumer_module.Resumer
+try:  # where the worker lives in this checkout, or in an older one
+    resumer_module: Any = importlib.import_module("approvals.worker.resumer")
+except ImportError:
+    resumer_module = importlib.import_module("approvals.resumer")
+AgentRegistry, Resumer = resumer_module.AgentRegistry, resumer_module.Resumer
 
 PROFILE = os.environ.get("APPROVALS_BENCH_PROFILE", "").split(",")
 """Operations to profile (cProfile), whose top functions by own time are printed at the end."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from approvals.worker.resumer import AgentRegistry
 
@@ -57,6 +57,11 @@ def server(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:  # noqa: F811 -
     registry = AgentRegistry([support_agent, email_agent, xss_agent, pydantic_ai_agents.helpdesk])
     with serving(db_url, tmp_path, registry) as live:
         yield live
+
+
+expect.set_options(timeout=15_000)
+"""Assertions wait as long as actions do: Playwright's own 5 s is short for a page served beside three busy
+xdist workers on 2 cores."""
 
 
 @pytest.fixture

@@ -39,6 +39,12 @@ class LocalModelServer:
     log: Path
 
 
+THREADS = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else 2
+"""llama.cpp's threads: one when other xdist workers share the 2 cores. Its threads meet at spinning barriers,
+which under oversubscription wait out each other's time slices: the real-model browser test took 480 s
+beside three busy workers, against 28 s alone."""
+
+
 def _configured_paths() -> tuple[Path, Path]:
     python = os.environ.get("APPROVALS_LLM_SERVER_PYTHON")
     model = os.environ.get("APPROVALS_LLM_MODEL")
@@ -72,7 +78,9 @@ def running_server(log_dir: Path) -> Iterator[LocalModelServer]:
         "--n_ctx",
         "4096",
         "--n_threads",
-        "2",
+        str(THREADS),
+        "--n_threads_batch",
+        str(THREADS),
         "--chat_format",
         "chatml-function-calling",
         "--verbose",

@@ -1,6 +1,6 @@
 """The tables: runs, their append-only messages, tool calls, decisions, audit events, users, tokens.
 
-Typed SQLAlchemy 2.x declarations only; the queries live in `approvals.store.store`.
+Typed SQLAlchemy 2.x declarations only; the operations live in the store's aggregates (`approvals.store`).
 Timestamps are stored timezone-aware (UTC) on both SQLite and PostgreSQL, and every
 constraint has a conventional name so alembic migrations stay stable.
 """

@@ -17,7 +17,7 @@ from sqlalchemy.pool import QueuePool
 
 from approvals import LeaseLost
 from approvals.store import Database, Store
-from approvals.store._writes import RunWrite
+from approvals.store.run_plan import RunWrite
 
 from ..databases import BACKENDS, DATABASES, PG_SERVER
 

@@ -32,7 +32,7 @@ from approvals.channels.webhook_signature import verify_webhook
 from approvals.channels.webhooks import endpoint_key
 from approvals.policy.follow_ups import Step
 from approvals.store import SYSTEM, Actor, Database, Store
-from approvals.store._writes import utcnow
+from approvals.store.run_plan import utcnow
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
 from approvals.worker.resumer import AgentRegistry

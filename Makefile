@@ -79,10 +79,12 @@ fmt: install ## Format and auto-fix with ruff.
 # The quick tiers: what tests/conftest.py marks none of postgresql, browser, real_model, chaos, slow.
 QUICK_TESTS := not postgresql and not browser and not real_model and not chaos and not coding_cli and not slow
 
-# Bytecode is cached (in .venv, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set:
-# compiling every module again costs each Python process the tests start about 5 s.
+# Bytecode is cached (in .pycache, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set:
+# compiling every module again costs each Python process the tests start about 5 s. Not inside .venv:
+# these settings reach the prerequisites too, and a .venv folder made before uv's is one uv refuses.
+PYCACHE := $(CURDIR)/.pycache
 check test: export PYTHONDONTWRITEBYTECODE :=
-check test: export PYTHONPYCACHEPREFIX := $(VENV)/pycache
+check test: export PYTHONPYCACHEPREFIX := $(PYCACHE)
 check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
 	$(RUN) pytest -n 2 --dist loadgroup -m "$(QUICK_TESTS)"
 
@@ -107,4 +109,4 @@ run: install ## Start the app with the demo agent on SQLite in ./approvals.db (h
 		$(RUN) approvals serve --demo --host $(HOST) --port $(PORT)
 
 clean: ## Remove the virtual environment, caches and the demo's database (never the per-user one).
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache approvals.db approvals.db-*
+	rm -rf $(VENV) .tools .pycache .mypy_cache .ruff_cache .pytest_cache approvals.db approvals.db-*

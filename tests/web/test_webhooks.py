@@ -32,9 +32,9 @@ from approvals.channels.webhook_signature import verify_webhook
 from approvals.channels.webhooks import endpoint_key
 from approvals.policy.follow_ups import Step
 from approvals.store import SYSTEM, Actor, Database, Store
-from approvals.store.run_plan import utcnow
 from approvals.store.models import WebhookCursorRow
 from approvals.store.outbox import WebhookCursors
+from approvals.store.run_plan import utcnow
 from approvals.worker.resumer import AgentRegistry
 from approvals_web.app import create_app
 from approvals_web.settings import Settings

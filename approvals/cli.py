@@ -404,9 +404,9 @@ def users_add(
             raise typer.BadParameter(str(exc), param_hint="--email") from None
 
     async def add(store: Store) -> Any:
-        user = await store.create_user(username, secret, role=role, actor=SYSTEM, groups=group or None)
+        user = await store.people.create_user(username, secret, role=role, actor=SYSTEM, groups=group or None)
         if email is not None:
-            user = await store.set_user_contact(username, actor=SYSTEM, email=email)
+            user = await store.people.set_user_contact(username, actor=SYSTEM, email=email)
         return user
 
     user = with_store(settings.database_url, add)
@@ -421,7 +421,7 @@ def users_add(
 def users_list(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """List accounts, with their groups."""
     settings = settings_for(config, database_url)
-    for user in with_store(settings.database_url, lambda store: store.list_users()):
+    for user in with_store(settings.database_url, lambda store: store.people.list_users()):
         state = "disabled" if user.disabled else "active"
         groups = ",".join(user.groups or ()) or "-"
         typer.echo(f"{user.username:<24} {user.role:<9} {state:<9} {groups:<24} {user.email or '-'}")
@@ -455,8 +455,8 @@ def users_contact(
 
     async def contact(store: Store) -> Any:
         if not changes:
-            return await store.get_user(username)
-        return await store.set_user_contact(username, actor=SYSTEM, **changes)
+            return await store.people.get_user(username)
+        return await store.people.set_user_contact(username, actor=SYSTEM, **changes)
 
     user = with_store(settings.database_url, contact)
     typer.echo(f"{username}: e-mail {user.email or 'none'}; Slack {user.slack_user_id or 'not linked'}")
@@ -484,7 +484,7 @@ def users_groups(
     settings = settings_for(config, database_url)
 
     async def groups(store: Store) -> list[str]:
-        current = sorted((await store.get_user(username)).groups or ())
+        current = sorted((await store.people.get_user(username)).groups or ())
         if set_ is None and not add and not remove:
             return current
         if set_ is not None:
@@ -494,7 +494,7 @@ def users_groups(
             if absent:
                 raise UserError(f"{username} is not in {absent[0]!r}; their groups: {', '.join(current) or 'none'}")
             wanted = [group for group in current if group not in (remove or ())] + list(add or ())
-        return sorted((await store.set_user_groups(username, wanted, actor=SYSTEM)).groups or ())
+        return sorted((await store.people.set_user_groups(username, wanted, actor=SYSTEM)).groups or ())
 
     found = with_store(settings.database_url, groups)
     typer.echo(f"{username}: {', '.join(found) if found else 'no groups'}")
@@ -506,7 +506,7 @@ def users_disable(username: str, database_url: DatabaseOption = None, config: Co
     from .store import SYSTEM
 
     settings = settings_for(config, database_url)
-    with_store(settings.database_url, lambda store: store.update_user(username, disabled=True, actor=SYSTEM))
+    with_store(settings.database_url, lambda store: store.people.update_user(username, disabled=True, actor=SYSTEM))
     typer.echo(f"disabled {username}")
 
 
@@ -523,7 +523,7 @@ def users_password(
 
     settings = settings_for(config, database_url)
     secret = password or new_password()
-    with_store(settings.database_url, lambda store: store.update_user(username, password=secret, actor=SYSTEM))
+    with_store(settings.database_url, lambda store: store.people.update_user(username, password=secret, actor=SYSTEM))
     typer.echo(f"password of {username} changed" + (f": {secret}" if not password else ""))
 
 
@@ -548,7 +548,7 @@ def tokens_create(
     settings = settings_for(config, database_url)
     token = with_store(
         settings.database_url,
-        lambda store: store.create_token(name, role=role, actor=SYSTEM, scopes=scope or None, user=user),
+        lambda store: store.people.create_token(name, role=role, actor=SYSTEM, scopes=scope or None, user=user),
     )
     typer.echo(token)
 
@@ -557,7 +557,7 @@ def tokens_create(
 def tokens_list(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """List tokens (never their values)."""
     settings = settings_for(config, database_url)
-    for token in with_store(settings.database_url, lambda store: store.list_tokens()):
+    for token in with_store(settings.database_url, lambda store: store.people.list_tokens()):
         state = "revoked" if token.revoked_at else "active"
         owner = token.username or "(service)"
         scopes = ",".join(token.scopes) if token.scopes else "all"
@@ -570,7 +570,7 @@ def tokens_revoke(token_id: int, database_url: DatabaseOption = None, config: Co
     from .store import SYSTEM
 
     settings = settings_for(config, database_url)
-    with_store(settings.database_url, lambda store: store.revoke_token(token_id, actor=SYSTEM))
+    with_store(settings.database_url, lambda store: store.people.revoke_token(token_id, actor=SYSTEM))
     typer.echo(f"revoked token {token_id}")
 
 
@@ -609,7 +609,7 @@ def runs_start(
 def audit_verify(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Check the audit log's hash chain; exits 1 when it is broken."""
     settings = settings_for(config, database_url)
-    result = with_store(settings.database_url, lambda store: store.verify_audit())
+    result = with_store(settings.database_url, lambda store: store.audit.verify_audit())
     if result.ok:
         typer.echo(f"audit log intact: {result.checked} events, head {result.head_hash}")
         return
@@ -642,7 +642,7 @@ def audit_export(
                 writer.writerow(CSV_COLUMNS)
             cursor: str | None = None
             while True:
-                page = await store.audit_events(after=cursor, limit=5000, newest_first=False)
+                page = await store.audit.audit_events(after=cursor, limit=5000, newest_first=False)
                 for event in page.items:
                     if writer:
                         writer.writerow(csv_row(event))
@@ -715,7 +715,7 @@ def rules_apply(
     try:
         diff = with_store(
             settings.database_url,
-            lambda store: store.apply_rules(specs, actor=SYSTEM, prune=prune, dry_run=dry_run or check),
+            lambda store: store.rules.apply_rules(specs, actor=SYSTEM, prune=prune, dry_run=dry_run or check),
         )
     except InvalidRule as exc:
         invalid_rules(exc, str(file))
@@ -740,8 +740,8 @@ def rules_list(
     settings = settings_for(config, database_url)
 
     async def listed(store: Store) -> tuple[list[StoredRule], dict[str, list[str]]]:
-        rules = await store.list_rules()
-        flags = rule_flags(rules, now=dt.datetime.now(dt.UTC), groups_with_members=await store.group_names())
+        rules = await store.rules.list_rules()
+        flags = rule_flags(rules, now=dt.datetime.now(dt.UTC), groups_with_members=await store.people.group_names())
         return [rule for rule in rules if kind is None or rule.kind.value == kind.value], flags
 
     rules, flags = with_store(settings.database_url, listed)
@@ -779,7 +779,7 @@ def rules_export(
     from .policy import Kind, dump_rules
 
     settings = settings_for(config, database_url)
-    rules = with_store(settings.database_url, lambda store: store.list_rules(kind=Kind.STANDING))
+    rules = with_store(settings.database_url, lambda store: store.rules.list_rules(kind=Kind.STANDING))
     text = dump_rules(rule.spec for rule in rules)
     if file is None:
         typer.echo(text, nl=False)
@@ -792,7 +792,7 @@ def rules_export(
 def rules_history(name: str, database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
     """Every version of a rule, newest first: when, who, and what changed."""
     settings = settings_for(config, database_url)
-    versions = with_store(settings.database_url, lambda store: store.rule_versions(name))
+    versions = with_store(settings.database_url, lambda store: store.rules.rule_versions(name))
     for newer, older in zip(versions, [*versions[1:], None], strict=True):
         typer.echo(f"v{newer.version:<4} {_moment(newer.created_at)}  {newer.author:<16} {_change(newer, older)}")
 
@@ -817,7 +817,7 @@ def rules_enable(name: str, database_url: DatabaseOption = None, config: ConfigO
     from .store import SYSTEM
 
     settings = settings_for(config, database_url)
-    rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, True, actor=SYSTEM))
+    rule = with_store(settings.database_url, lambda store: store.rules.set_rule_enabled(name, True, actor=SYSTEM))
     typer.echo(f"enabled {name} (version {rule.version})")
 
 
@@ -827,7 +827,7 @@ def rules_disable(name: str, database_url: DatabaseOption = None, config: Config
     from .store import SYSTEM
 
     settings = settings_for(config, database_url)
-    rule = with_store(settings.database_url, lambda store: store.set_rule_enabled(name, False, actor=SYSTEM))
+    rule = with_store(settings.database_url, lambda store: store.rules.set_rule_enabled(name, False, actor=SYSTEM))
     typer.echo(f"disabled {name} (version {rule.version})")
 
 
@@ -837,7 +837,7 @@ def rules_delete(name: str, database_url: DatabaseOption = None, config: ConfigO
     from .store import SYSTEM
 
     settings = settings_for(config, database_url)
-    rule = with_store(settings.database_url, lambda store: store.delete_rule(name, actor=SYSTEM))
+    rule = with_store(settings.database_url, lambda store: store.rules.delete_rule(name, actor=SYSTEM))
     typer.echo(f"deleted {name} (version {rule.version})")
 
 
@@ -865,8 +865,8 @@ def rules_dry_run(
         if from_file is not None:
             specs = from_file
         else:
-            specs = [(await store.get_rule(rule)).spec.model_copy(update={"enabled": True})]
-        return [(spec, await store.dry_run_rule(spec, limit=limit)) for spec in specs]
+            specs = [(await store.rules.get_rule(rule)).spec.model_copy(update={"enabled": True})]
+        return [(spec, await store.rules.dry_run_rule(spec, limit=limit)) for spec in specs]
 
     for spec, dry in with_store(settings.database_url, tried):
         typer.echo(f"{spec.name}: {len(dry.rows)} calls, {dry.matched} matched, {dry.failed} could not be evaluated")
@@ -981,17 +981,17 @@ async def seed_demo(
     from .service import ApprovalService
     from .store import SYSTEM
 
-    if not await store.list_users():
+    if not await store.people.list_users():
         password = os.environ.get("APPROVALS_ADMIN_PASSWORD") or new_password()
-        await store.create_user("admin", password, role="admin", actor=SYSTEM)
+        await store.people.create_user("admin", password, role="admin", actor=SYSTEM)
         for name in ("alice", "bob"):
-            await store.create_user(name, password, role="reviewer", actor=SYSTEM)
+            await store.people.create_user(name, password, role="reviewer", actor=SYSTEM)
         shown = "(from APPROVALS_ADMIN_PASSWORD)" if os.environ.get("APPROVALS_ADMIN_PASSWORD") else password
         typer.secho(
             f"Created users admin (admin), alice and bob (reviewers); their password is {shown}. It is shown only now.",
             fg=typer.colors.YELLOW,
         )
-    if not force and (await store.list_runs(agent_name="shop-assistant", limit=1)).items:
+    if not force and (await store.runs.list_runs(agent_name="shop-assistant", limit=1)).items:
         return
     service = ApprovalService(store, registry, worker_id="demo-seed")
     prompts = _demo_prompts()
@@ -1015,7 +1015,7 @@ async def tell_first_admin(store: Store, database_url: str | None, config: Path 
     """On a database without users, how to add the first admin (whose password `users add` prints once)."""
     from .first_run import first_admin_command
 
-    if await store.list_users():
+    if await store.people.list_users():
         return
     typer.secho(
         "No users yet. Create yourself as the first admin (it prints your password once), then log in:\n"

@@ -174,7 +174,7 @@ class ApprovalService:
         """Queue a run of a registered agent; returns its id."""
         registered = self.registry.get(agent_name)  # NotFound for an agent this deployment does not know
         engine = registered.engine.name if registered.engine is not None else "native"
-        return await self.store.start_run(agent_name, prompt, actor=actor, deps=deps, engine=engine)
+        return await self.store.runs.start_run(agent_name, prompt, actor=actor, deps=deps, engine=engine)
 
     def registered_tool(self, agent_name: str, tool_name: str) -> ArgsValidator | None:
         """The tool an agent registered in this process has under that name, if any."""
@@ -194,7 +194,7 @@ class ApprovalService:
         """
         tool = self.registered_tool(request.source, request.tool_name) if request.json_schema is None else None
         validated = await _off_the_loop_if_slow(validate_request, request, tool)
-        return await self.store.request_call(validated, actor=actor, hand_out=hand_out)
+        return await self.store.calls.request_call(validated, actor=actor, hand_out=hand_out)
 
     async def validate_edit(self, call: ToolCallRow, args: Any) -> dict[str, Any]:
         """A reviewer's edited arguments, checked by the validator that checked the call's own.
@@ -210,10 +210,10 @@ class ApprovalService:
             except ToolRetryError as exc:
                 raise InvalidEdit(call.tool_name, exc.errors, exc.message) from None
             return tool.dump_args(validated)
-        run = await self.store.get_run(call.run_id)
+        run = await self.store.runs.get_run(call.run_id)
         if get_engine(run.engine).kind is not EngineKind.GATE:
             raise NotFound(f"Tool {call.tool_name!r} of agent {call.agent_name!r} is not available to validate edits")
-        definition = await self.store.tool_definition(call.tool_version)
+        definition = await self.store.calls.tool_definition(call.tool_version)
         try:
             schema = definition.parameters_json_schema
             return await _off_the_loop_if_slow(validate_with_schema, call.tool_name, schema, args)
@@ -224,17 +224,17 @@ class ApprovalService:
         """Record a verdict; edits are validated first and nothing is saved when they fail."""
         with with_call(call_id):  # lines logged while deciding name the call
             if isinstance(verdict, EditAndApprove):
-                call = await self.store.get_call(call_id)
+                call = await self.store.calls.get_call(call_id)
                 edited = await self.validate_edit(call, verdict.args)
                 verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
             with tracing.deciding(call_id, verdict) as trace:
-                decided, trace.run_trace_context = await self.store.record_verdict(call_id, verdict, actor=actor)
+                decided, trace.run_trace_context = await self.store.calls.record_verdict(call_id, verdict, actor=actor)
             logger.info("call %s (%s) decided by %s: %s", call_id, decided.tool_name, actor.id, decided.status)
             return decided
 
     async def resumable_run(self, run_id: str) -> RunRow:
         """The run, when it can be resumed now (ready, or being resumed); `Conflict` when it cannot."""
-        run = await self.store.get_run(run_id)
+        run = await self.store.runs.get_run(run_id)
         if run.status not in RESUMABLE_RUN_STATUSES:
             raise Conflict(f"Run {run_id!r} is {run.status}, not ready to resume", status=run.status)
         return run
@@ -254,11 +254,11 @@ class ApprovalService:
                 else:
                     with anyio.CancelScope(shield=True):
                         await self.resumer.resume(run_id)
-                while (await self.store.get_run(run_id)).status not in SETTLED_RUN_STATUSES:
+                while (await self.store.runs.get_run(run_id)).status not in SETTLED_RUN_STATUSES:
                     with anyio.move_on_after(1.0):  # a missed wake-up costs at most a second
                         while await changes.receive() != run_id:
                             pass
-        return await self.store.get_run(run_id)
+        return await self.store.runs.get_run(run_id)
 
     async def _resume_logged(self, run_id: str) -> None:
         """A resume in the app's task group: its failure is logged, never allowed to end the app's other tasks."""
@@ -277,13 +277,15 @@ class ApprovalService:
     ) -> tuple[Call, StoredRule]:
         """Approve a call and allow calls like it for a while (a narrow remembered rule)."""
         with with_call(call_id):
-            call, rule = await self.store.approve_and_remember(call_id, remember, actor=actor, args_digest=args_digest)
+            call, rule = await self.store.rules.approve_and_remember(
+                call_id, remember, actor=actor, args_digest=args_digest
+            )
             logger.info("call %s approved by %s, remembered as rule %s", call_id, actor.id, rule.name)
             return call, rule
 
     async def settle_call(self, call_id: str, outcome: Any, result: Any = None, *, actor: Actor) -> Call:
         """Record what came of an approved call an agent ran elsewhere (only its asker or an admin may)."""
-        return await self.store.settle_call(call_id, outcome, result, actor=actor)
+        return await self.store.calls.settle_call(call_id, outcome, result, actor=actor)
 
     async def check_email_link(self, token: str, *, now: dt.datetime | None = None) -> EmailLinkUse | EmailLinkRefused:
         """What the link `token` would do for its recipient now, or why nothing (the links' rules, in one place).
@@ -291,11 +293,11 @@ class ApprovalService:
         A link decides only while it is unused and unexpired, its recipient's account is enabled,
         the call is open with the arguments the mail showed, and the recipient may take its action.
         """
-        link = await self.store.email_link(token)
+        link = await self.store.outbound.email_link(token)
         if link is None:
             return EmailLinkRefused(problem=LinkProblem.UNKNOWN)
         try:
-            call = await self.store.get_call(link.call_id)
+            call = await self.store.calls.get_call(link.call_id)
         except NotFound:
             return EmailLinkRefused(problem=LinkProblem.UNKNOWN, link=link)
         refused = partial(EmailLinkRefused, link=link, call=call)
@@ -303,7 +305,7 @@ class ApprovalService:
         if problem is not None:
             return refused(problem=problem)
         try:
-            actor = actor_for(await self.store.get_user(link.username))
+            actor = actor_for(await self.store.people.get_user(link.username))
         except NotFound:
             actor = None
         if actor is None:
@@ -330,7 +332,7 @@ class ApprovalService:
         `LinkUsed` when the link was claimed already or ran out; the caller checked the link and
         its recipient's rights before (`email_link`), so nothing is claimed for a decision it refuses.
         """
-        claimed = await self.store.claim_email_link(token)
+        claimed = await self.store.outbound.claim_email_link(token)
         if not isinstance(claimed, EmailLinkRow):
             raise LinkUsed(claimed)
         return await self.decide(call_id, verdict, actor=actor)
@@ -339,61 +341,61 @@ class ApprovalService:
 
     async def cancel_run(self, run_id: str, *, actor: Actor, reason: str | None = None) -> Run:
         """Stop a run (admins): its calls that never ran are cancelled; the run as it is now."""
-        await self.store.cancel_run(run_id, actor=actor, reason=reason)
+        await self.store.runs.cancel_run(run_id, actor=actor, reason=reason)
         logger.info("run %s cancelled by %s", run_id, actor.id)
-        return await self.store.get_run(run_id)
+        return await self.store.runs.get_run(run_id)
 
     async def retry_run(self, run_id: str, *, actor: Actor) -> Run:
         """Queue a failed run again from its stored history (admins); the run as it is now."""
-        await self.store.retry_run(run_id, actor=actor)
+        await self.store.runs.retry_run(run_id, actor=actor)
         logger.info("run %s queued again by %s", run_id, actor.id)
-        return await self.store.get_run(run_id)
+        return await self.store.runs.get_run(run_id)
 
     async def run_story(self, run_id: str) -> RunStory:
         """A run with its calls, decisions, conversation and follow-ups, for its pages."""
-        calls = await self.store.run_calls(run_id)
+        calls = await self.store.calls.run_calls(run_id)
         return RunStory(
-            run=await self.store.get_run(run_id),
+            run=await self.store.runs.get_run(run_id),
             calls=calls,
             history=await self.history(run_id),
-            decisions=await self.store.decisions_for_run(run_id),
+            decisions=await self.store.calls.decisions_for_run(run_id),
             remembered=await self.remembered_among(calls),
-            follow_ups=await self.store.follow_up_events(run_id),
+            follow_ups=await self.store.outbound.follow_up_events(run_id),
         )
 
     async def options_for(self, actor: Actor, calls: Sequence[Call]) -> dict[str, CallOptions]:
         """What `actor` may do with each call, and why not: the rules `decide` refuses by, read in one query."""
-        facts = await self.store.review_facts([call.id for call in calls])
+        facts = await self.store.calls.review_facts([call.id for call in calls])
         return {call.id: (facts.get(call.id) or _NO_FACTS).options(actor, call) for call in calls}
 
     async def remembered_among(self, calls: Sequence[Call]) -> frozenset[tuple[str, int]]:
         """(name, version) of the remembered rules among those that decided or routed these calls."""
-        return await self.store.remembered_rule_versions(_rule_names(calls))
+        return await self.store.rules.remembered_rule_versions(_rule_names(calls))
 
     async def history(self, run_id: str) -> list[ModelRequest | ModelResponse]:
         """A run's stored conversation in our message types, whichever engine ran it."""
-        return as_view(await self.store.load_history(run_id))
+        return as_view(await self.store.runs.load_history(run_id))
 
     # -- rules --------------------------------------------------------------------------------
 
     async def find_rule(self, name: str) -> StoredRule | None:
         """A rule's latest version (a removed rule's too), or None when there never was one."""
         try:
-            return await self.store.get_rule(name)
+            return await self.store.rules.get_rule(name)
         except NotFound:
             return None
 
     async def current_rule(self, name: str) -> StoredRule:
         """A rule in force (enabled or not); a removed one is `NotFound`."""
-        rule = await self.store.get_rule(name)
+        rule = await self.store.rules.get_rule(name)
         if rule.deleted:
             raise NotFound(f"No rule {name!r}: it was removed (its history remains)")
         return rule
 
     async def flagged_rules(self, *, now: dt.datetime | None = None) -> list[FlaggedRule]:
         """Every rule in force with its flags, judged against the groups that have members."""
-        rules = await self.store.list_rules()
-        members = await self.store.group_names()
+        rules = await self.store.rules.list_rules()
+        members = await self.store.people.group_names()
         flags = rule_flags(rules, now=now or dt.datetime.now(dt.UTC), groups_with_members=members)
         return [FlaggedRule(rule=rule, flags=flags.get(rule.name, [])) for rule in rules]
 
@@ -409,17 +411,17 @@ class ApprovalService:
 
     async def save_rule(self, spec: RuleSpec, *, actor: Actor, expected_version: int | None = None) -> StoredRule:
         """Write a rule's new version (admins); a `Conflict` if someone saved over `expected_version`."""
-        rule = await self.store.save_rule(spec, actor=actor, expected_version=expected_version)
+        rule = await self.store.rules.save_rule(spec, actor=actor, expected_version=expected_version)
         logger.info("rule %s saved by %s (version %s)", rule.name, actor.id, rule.version)
         return rule
 
     async def set_rule_enabled(self, name: str, enabled: bool, *, actor: Actor) -> StoredRule:
         """Enable or disable a rule (admins): a new version unless it already is as asked."""
-        return await self.store.set_rule_enabled(name, enabled, actor=actor)
+        return await self.store.rules.set_rule_enabled(name, enabled, actor=actor)
 
     async def delete_rule(self, name: str, *, actor: Actor) -> StoredRule:
         """Remove a rule: admins any, a reviewer one they remembered; the version that removed it."""
-        rule = await self.store.delete_rule(name, actor=actor)
+        rule = await self.store.rules.delete_rule(name, actor=actor)
         logger.info("rule %s removed by %s", name, actor.id)
         return rule
 
@@ -427,7 +429,7 @@ class ApprovalService:
         self, specs: Sequence[RuleSpec], *, actor: Actor, prune: bool = False, dry_run: bool = False
     ) -> RulesDiff:
         """Make the standing rules those of a rules file (admins); idempotent."""
-        return await self.store.apply_rules(specs, actor=actor, prune=prune, dry_run=dry_run)
+        return await self.store.rules.apply_rules(specs, actor=actor, prune=prune, dry_run=dry_run)
 
     async def dry_run_rule(self, spec: RuleSpec, limit: int) -> DryRun:
         """What `spec` would have decided over the last calls, tried as the kind of rule it would replace.
@@ -437,31 +439,31 @@ class ApprovalService:
         existing = await self.find_rule(spec.name)
         kind = existing.kind if existing is not None and not existing.deleted else Kind.STANDING
         tried = spec if spec.enabled else spec.model_copy(update={"enabled": True})
-        return await self.store.dry_run_rule(tried, limit=limit, kind=kind)
+        return await self.store.rules.dry_run_rule(tried, limit=limit, kind=kind)
 
     # -- people -------------------------------------------------------------------------------
 
     async def log_in(self, username: str, password: str, *, address: str, max_age: int, previous: str | None) -> Login:
         """Check a password (throttled by account and address) and open a session; `previous` is closed."""
-        attempt: LoginAttempt = await self.store.attempt_login(username, password, address=address)
+        attempt: LoginAttempt = await self.store.people.attempt_login(username, password, address=address)
         if attempt.user is None or attempt.retry_after is not None:
             return Login(user=None, retry_after=attempt.retry_after)
         if previous:
-            await self.store.close_session(previous)
-        session_id = await self.store.open_session(attempt.user.username, max_age=max_age)
+            await self.store.people.close_session(previous)
+        session_id = await self.store.people.open_session(attempt.user.username, max_age=max_age)
         return Login(user=attempt.user, session_id=session_id)
 
     async def log_out(self, session_id: str) -> None:
         """Close a session: every copy of its cookie is logged out."""
-        await self.store.close_session(session_id)
+        await self.store.people.close_session(session_id)
 
     async def set_user_groups(self, username: str, groups: Sequence[str], *, actor: Actor) -> User:
         """Set a user's groups exactly (admins): who may approve routed calls."""
-        return await self.store.set_user_groups(username, groups, actor=actor)
+        return await self.store.people.set_user_groups(username, groups, actor=actor)
 
     async def set_user_contact(self, username: str, *, actor: Actor, **changes: str | None) -> User:
         """Set a user's e-mail and Slack member id (`email`, `slack_user_id`; None removes one)."""
-        return await self.store.set_user_contact(username, actor=actor, **changes)
+        return await self.store.people.set_user_contact(username, actor=actor, **changes)
 
     @staticmethod
     def args_digest(args: dict[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """Decisions per second through the JSON API: the ASGI app in process (httpx ASGITransport), SQLite and PostgreSQL.
 
-What one API decision costs on top of `store.decide`: bearer-token lookup, CSRF and role
+What one API decision costs on top of `store.calls.decide`: bearer-token lookup, CSRF and role
 checks, body validation, the decision's transaction, and the response. Measured one at a
-time (latency) and with several clients at once (throughput), beside `store.decide` called
+time (latency) and with several clients at once (throughput), beside `store.calls.decide` called
 directly, and the inbox read (`GET /api/calls`) for comparison.
 
 Run by hand: `.venv/bin/python bench/bench_api.py`. Needs the local PostgreSQL
@@ -54,13 +54,13 @@ async def pending_calls(store: Store, runs: int) -> list[str]:
     """Start `runs` runs and resume each until it waits for approval of its one call."""
     resumer = Resumer(store, AgentRegistry([bench_agent]), worker_id="setup")
     for _ in range(runs):
-        await store.start_run("bench", "go", actor=SERVICE)
+        await store.runs.start_run("bench", "go", actor=SERVICE)
     while await resumer.resume() is not None:
         pass
     ids: list[str] = []
     cursor = None
     while True:
-        page = await store.list_calls(limit=500, after=cursor)
+        page = await store.calls.list_calls(limit=500, after=cursor)
         ids.extend(c.id for c in page.items)
         cursor = page.next_cursor
         if cursor is None:
@@ -73,8 +73,8 @@ async def bench(url: str, label: str) -> None:
     )
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
-        await store.create_user("bench-reviewer", "bench-password-1", role="reviewer", actor=SYSTEM)
-        token = await store.create_token("bench", role="reviewer", actor=SYSTEM, user="bench-reviewer")
+        await store.people.create_user("bench-reviewer", "bench-password-1", role="reviewer", actor=SYSTEM)
+        token = await store.people.create_token("bench", role="reviewer", actor=SYSTEM, user="bench-reviewer")
         ids = await pending_calls(store, SEQUENTIAL * 2 + CONCURRENT)
         direct, sequential, concurrent = ids[:SEQUENTIAL], ids[SEQUENTIAL : 2 * SEQUENTIAL], ids[2 * SEQUENTIAL :]
         transport = httpx.ASGITransport(app=app)
@@ -92,9 +92,11 @@ async def bench(url: str, label: str) -> None:
 
             start = time.perf_counter()
             for call_id in direct:
-                await store.decide(call_id, Approve(), actor=Actor("direct", "reviewer"))
+                await store.calls.decide(call_id, Approve(), actor=Actor("direct", "reviewer"))
             seconds = time.perf_counter() - start
-            print(f"[{label}] store.decide directly, one at a time:       {len(direct) / seconds:6.0f} decisions/s")
+            print(
+                f"[{label}] store.calls.decide directly, one at a time:       {len(direct) / seconds:6.0f} decisions/s"
+            )
 
             samples = []
             start = time.perf_counter()
@@ -122,10 +124,10 @@ async def bench(url: str, label: str) -> None:
             print(
                 f"[{label}] POST .../decision, {CLIENTS} concurrent clients:       {len(concurrent) / seconds:6.0f} decisions/s"
             )
-        page = await store.list_calls(status="approved", limit=500)
+        page = await store.calls.list_calls(status="approved", limit=500)
         approved = len(page.items)
         while page.next_cursor:
-            page = await store.list_calls(status="approved", limit=500, after=page.next_cursor)
+            page = await store.calls.list_calls(status="approved", limit=500, after=page.next_cursor)
             approved += len(page.items)
         assert approved == len(ids), (approved, len(ids))
 

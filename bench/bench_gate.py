@@ -98,9 +98,9 @@ def tokens(database_url: str) -> tuple[str, str]:
 
     async def make() -> tuple[str, str]:
         store = Store(Database(database_url))
-        asking = await store.create_token("bench-agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
-        await store.create_user("rita", "bench-password-1", role="reviewer", actor=SYSTEM)
-        deciding = await store.create_token("rita", role="reviewer", actor=SYSTEM, user="rita")
+        asking = await store.people.create_token("bench-agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+        await store.people.create_user("rita", "bench-password-1", role="reviewer", actor=SYSTEM)
+        deciding = await store.people.create_token("rita", role="reviewer", actor=SYSTEM, user="rita")
         await store.db.dispose()
         return asking, deciding
 

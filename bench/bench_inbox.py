@@ -176,7 +176,7 @@ async def bench(url: str, label: str, pending: int) -> None:
         began = time.perf_counter()
         await fill(store, pending)
         setup = time.perf_counter() - began
-        await store.create_user("bench", PASSWORD, role="reviewer", actor=SYSTEM)
+        await store.people.create_user("bench", PASSWORD, role="reviewer", actor=SYSTEM)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
             await login(client)

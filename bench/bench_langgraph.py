@@ -123,12 +123,12 @@ async def side_by_side(url: str, theirs: LangGraphCycles) -> tuple[list[float], 
         await worker.resume(run_id)
         elapsed = (time.perf_counter() - start - (decided - paused)) * 1000
         decisions.append((decided - paused) * 1000)
-        assert (await store.get_run(run_id)).status == "completed"  # checked outside the timing, as LangGraph's
+        assert (await store.runs.get_run(run_id)).status == "completed"  # checked outside the timing, as LangGraph's
         return elapsed
 
     warm_worker = Resumer(store, AgentRegistry([agent]), worker_id="warm")
     for run_id in warm_runs:  # the worker that paused the run resumes it: it holds its history
-        history = await store.load_history(run_id)
+        history = await store.runs.load_history(run_id)
         warm_worker.histories.keep(run_id, history, RunTotals.of(history, run_id))
     langgraph: list[float] = []
     warm: list[float] = []

@@ -63,7 +63,7 @@ def prepare(database_url: str) -> tuple[str, str]:
     async def allow_reads() -> None:
         store = Store(Database(database_url))
         [reads] = parse_rules([{"name": "reads", "engine": "mcp", "tool": "read_text_file", "effect": "allow"}])
-        await store.save_rule(reads, actor=SYSTEM)
+        await store.rules.save_rule(reads, actor=SYSTEM)
         await store.db.dispose()
 
     asyncio.run(allow_reads())

@@ -106,12 +106,12 @@ async def bench(url: str, kind: str) -> None:
         for round_ in range(ROUNDS + WARMUP):
             for on in (False, True) if round_ % 2 else (True, False):
                 tracing_on(on)
-                run_id = await store.start_run("bench", "go", actor=STARTER)
+                run_id = await store.runs.start_run("bench", "go", actor=STARTER)
                 step = await timed(lambda: service.resumer.resume(run_id))  # noqa: B023 - awaited at once
-                [call] = await store.run_calls(run_id)
+                [call] = await store.calls.run_calls(run_id)
                 decide = await timed(lambda: service.decide(call.id, Approve(), actor=REVIEWER))  # noqa: B023
                 resume = await timed(lambda: service.resumer.resume(run_id))  # noqa: B023
-                assert (await store.get_run(run_id)).status == "completed"
+                assert (await store.runs.get_run(run_id)).status == "completed"
                 if round_ >= WARMUP:
                     for name, ms in (("agent step (start -> pause)", step), ("decision", decide), ("resume", resume)):
                         times.setdefault((name, on), []).append(ms)
@@ -153,10 +153,10 @@ async def scrape_cost(url: str, size: int) -> float:
     store = Store(database)
     service = ApprovalService(store, AgentRegistry([bench_agent]))
     try:
-        done, waiting = [await store.start_run("bench", "go", actor=STARTER) for _ in range(2)]
+        done, waiting = [await store.runs.start_run("bench", "go", actor=STARTER) for _ in range(2)]
         for run_id in (done, waiting):
             await service.resumer.resume(run_id)
-        [call] = await store.run_calls(done)
+        [call] = await store.calls.run_calls(done)
         await service.decide(call.id, Approve(), actor=REVIEWER)
         await service.resumer.resume(done)
         async with database.write() as session:

@@ -140,9 +140,9 @@ def setup(database_url: str, *, rules: list[RuleSpec]) -> str:
 
     async def make() -> str:
         store = Store(Database(database_url))
-        token = await store.create_token("bench-agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+        token = await store.people.create_token("bench-agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
         if rules:
-            await store.apply_rules(rules, actor=SYSTEM)
+            await store.rules.apply_rules(rules, actor=SYSTEM)
         await store.db.dispose()
         return token
 
@@ -154,7 +154,9 @@ def audited_approvals(database_url: str) -> int:
         store = Store(Database(database_url))
         found, cursor = 0, None
         while True:
-            page = await store.audit_events(action="call.approved", actor="rule:small-refunds", after=cursor, limit=200)
+            page = await store.audit.audit_events(
+                action="call.approved", actor="rule:small-refunds", after=cursor, limit=200
+            )
             found += len(page.items)
             cursor = page.next_cursor
             if cursor is None:

@@ -9,7 +9,7 @@ model answers, the run finishes.
 - pydantic-ai alone: `agent.run(None, message_history=<history with the pending call>,
   deferred_tool_results=DeferredToolResults(approvals={id: True}))`, in memory, nothing stored.
 - approvals: the same agent wrapped as `PydanticAIAgent`, its paused run stored on SQLite (a
-  file) or PostgreSQL (a throwaway database), the decision made (`store.decide`) before the
+  file) or PostgreSQL (a throwaway database), the decision made (`store.calls.decide`) before the
   timing. Timed is `Resumer.resume(run_id)`: claim the run, commit the call as executing,
   run it, store the step, ask the model, finish; by the worker that paused the run ("warm":
   it holds the history) and by a fresh one ("cold": it reads the history from the store).
@@ -120,19 +120,19 @@ async def paused_stored(store: Store, worker: Resumer, count: int, *, holds: boo
     """Our paused run, approved: paused by `worker` as its resume pauses a run, so `holds` keeps the history.
 
     pydantic-ai's pause is stored as the worker stores it: the run claimed by `worker`, then its
-    messages and pending call in one `Store.pause`, and (`holds`) the history kept in the
+    messages and pending call in one `store.runs.pause`, and (`holds`) the history kept in the
     worker's cache, as `Resumer` keeps it. A worker cannot make the pause itself from seeded
     messages: pydantic-ai re-stamps a history's trailing request, which our agent refuses.
     """
     messages, requests = await paused_in_memory(count)
     history = cast(list[Any], messages)  # the store and the worker take pydantic-ai's messages as they are
-    run_id = await store.start_run(wrapped.name, "go", actor=SERVICE)
-    assert await store.claim(worker.worker_id, run_id=run_id, lease_seconds=worker.lease_seconds) is not None
-    await store.pause(run_id, worker.worker_id, history, wrapped.pending_calls(requests))
+    run_id = await store.runs.start_run(wrapped.name, "go", actor=SERVICE)
+    assert await store.runs.claim(worker.worker_id, run_id=run_id, lease_seconds=worker.lease_seconds) is not None
+    await store.runs.pause(run_id, worker.worker_id, history, wrapped.pending_calls(requests))
     if holds:
         worker.histories.keep(run_id, history, RunTotals(run_id=run_id, count=len(history)))
-    [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
-    await store.decide(call.id, Approve(args_digest=call.args_digest), actor=REVIEWER)
+    [call] = [c for c in await store.calls.run_calls(run_id) if c.status == "pending"]
+    await store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=REVIEWER)
     return run_id
 
 
@@ -149,7 +149,7 @@ async def ours(store: Store, worker: Resumer, run_id: str) -> float:
     start = time.perf_counter()
     await worker.resume(run_id)
     elapsed = (time.perf_counter() - start) * 1000
-    run = await store.get_run(run_id)  # checked outside the timing, as pydantic-ai's output
+    run = await store.runs.get_run(run_id)  # checked outside the timing, as pydantic-ai's output
     assert run.status == "completed", (run.status, run.error)
     assert run.output == "done", run.output
     return elapsed

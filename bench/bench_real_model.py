@@ -70,15 +70,15 @@ async def measure(url: str, base_url: str) -> tuple[list[float], list[float]]:
     models: list[float] = []
     try:
         for index in range(RUNS + WARMUP):
-            run_id = await store.start_run(agent.name, "Please refund order A-1, 25 euros.", actor=STARTER)
+            run_id = await store.runs.start_run(agent.name, "Please refund order A-1, 25 euros.", actor=STARTER)
             await resumer.resume(run_id)  # the model asks for the refund: the run pauses
-            [call] = await store.run_calls(run_id)
-            await store.decide(call.id, Approve(), actor=REVIEWER)
+            [call] = await store.calls.run_calls(run_id)
+            await store.calls.decide(call.id, Approve(), actor=REVIEWER)
             TimedModel.spent = 0.0
             started = time.perf_counter()
             await resumer.resume(run_id)
             total = time.perf_counter() - started
-            assert (await store.get_run(run_id)).status == "completed"
+            assert (await store.runs.get_run(run_id)).status == "completed"
             if index >= WARMUP:
                 totals.append(total)
                 models.append(TimedModel.spent)

@@ -87,17 +87,17 @@ async def paused_runs(store: Store, history: int) -> list[str]:
     runs = []
     maker = Resumer(store, AgentRegistry([agent]), worker_id="maker")
     for _ in range(RUNS):
-        run_id = await store.start_run("resume-bench", "go", actor=SERVICE)
-        await store.claim("seed", run_id=run_id, lease_seconds=3600)
-        await store.append_step(run_id, "seed", prior_messages(history), lease_seconds=3600)
-        await store.release(run_id, "seed")
+        run_id = await store.runs.start_run("resume-bench", "go", actor=SERVICE)
+        await store.runs.claim("seed", run_id=run_id, lease_seconds=3600)
+        await store.runs.append_step(run_id, "seed", prior_messages(history), lease_seconds=3600)
+        await store.runs.release(run_id, "seed")
         await maker.resume(run_id)
         runs.append(run_id)
     for run_id in runs:
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         assert run.status == "awaiting_approval", (run.status, run.error)
-        [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
-        await store.decide(call.id, Approve(), actor=REVIEWER)
+        [call] = [c for c in await store.calls.run_calls(run_id) if c.status == "pending"]
+        await store.calls.decide(call.id, Approve(), actor=REVIEWER)
     return runs
 
 
@@ -112,9 +112,9 @@ async def resume_all(resumer: Resumer, store: Store, runs: list[str]) -> list[fl
 
 async def approve_pending(store: Store, runs: list[str]) -> None:
     for run_id in runs:
-        for call in await store.run_calls(run_id):
+        for call in await store.calls.run_calls(run_id):
             if call.status == "pending":
-                await store.decide(call.id, Approve(), actor=REVIEWER)
+                await store.calls.decide(call.id, Approve(), actor=REVIEWER)
 
 
 async def bench(url: str, label: str) -> None:

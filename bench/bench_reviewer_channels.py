@@ -1,7 +1,7 @@
 """Reviewers anywhere (issue 27): how soon a pending call reaches Slack and a mailbox, and how fast a backlog drains.
 
 1. Latency: one call at a time becomes pending through the gate's store path
-   (`Store.request_call`); the durable deliverer (`deliver_outbound`, the one `approvals serve`
+   (`store.calls.request_call`); the durable deliverer (`deliver_outbound`, the one `approvals serve`
    and `approvals worker` run) sends it to Slack (the fake Slack of the tests, a real HTTP
    server on loopback) and by e-mail (a real aiosmtpd SMTP server). Timed from the commit
    (`request_call` returning) to the fake Slack receiving `chat.postMessage` and to the SMTP
@@ -88,7 +88,7 @@ async def ask(store: Store, n: int) -> None:
         args={"order_id": f"A-{n}", "amount": 120.0},
         json_schema=SCHEMA,
     )
-    await store.request_call(validate_request(request), actor=ASKER)
+    await store.calls.request_call(validate_request(request), actor=ASKER)
 
 
 async def until(count: int, seen: list[float], seconds: float = 60.0) -> None:
@@ -100,8 +100,8 @@ async def until(count: int, seen: list[float], seconds: float = 60.0) -> None:
 async def one_database(kind: str, url: str, slack: TimedSlack, mailbox: TimedList, smtp_port: int) -> None:
     database = Database(url)
     store = Store(database)
-    await store.create_user("rita", None, role="reviewer", actor=SYSTEM)
-    await store.set_user_contact("rita", actor=SYSTEM, email="rita@example.com")
+    await store.people.create_user("rita", None, role="reviewer", actor=SYSTEM)
+    await store.people.set_user_contact("rita", actor=SYSTEM, email="rita@example.com")
     outbound = OutboundSettings(
         public_url="http://approvals.example",
         slack=SlackSettings(

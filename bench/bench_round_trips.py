@@ -115,7 +115,8 @@ class Meter:
         self.wire = wire
         self.samples: dict[str, list[tuple[dict[str, int], float]]] = defaultdict(list)
         for name in OPERATIONS:
-            setattr(store, name, self._wrap(name, getattr(store, name)))
+            aggregate = store.calls if name == "decide" else store.runs
+            setattr(aggregate, name, self._wrap(name, getattr(aggregate, name)))
 
     def _wrap(self, name: str, operation: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def measured(*args: Any, **kwargs: Any) -> Any:

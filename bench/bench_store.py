@@ -89,11 +89,11 @@ async def wal_lsn(store: Store) -> int | None:
 
 
 async def run_with_history(store: Store, messages: int) -> str:
-    run_id = await store.start_run("bench", "go", actor=SERVICE)
-    await store.claim("bench-worker", run_id=run_id, lease_seconds=3600)
+    run_id = await store.runs.start_run("bench", "go", actor=SERVICE)
+    await store.runs.claim("bench-worker", run_id=run_id, lease_seconds=3600)
     steps = [m for i in range(messages // 2) for m in step_messages(i)]
     for start in range(0, len(steps), 200):
-        await store.append_step(run_id, "bench-worker", steps[start : start + 200], lease_seconds=3600)
+        await store.runs.append_step(run_id, "bench-worker", steps[start : start + 200], lease_seconds=3600)
     return run_id
 
 
@@ -109,7 +109,7 @@ async def bench_steps(url: str, label: str) -> None:
         for i in range(30):
             before = await wal_lsn(store)
             start = time.perf_counter()
-            await store.append_step(run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600)
+            await store.runs.append_step(run_id, "bench-worker", step_messages(10_000 + i), lease_seconds=3600)
             times.append(time.perf_counter() - start)
             after = await wal_lsn(store)
             if before is not None and after is not None:
@@ -121,13 +121,13 @@ async def bench_steps(url: str, label: str) -> None:
         )
     print(f"[{label}] pause latency (messages + pending call + status + audit, one transaction)")
     for i in range(PAUSE_WARMUP):  # a worker's connection has its statements prepared after its first pauses
-        await store.pause(await run_with_history(store, 2), "bench-worker", step_messages(i), deferred(i))
+        await store.runs.pause(await run_with_history(store, 2), "bench-worker", step_messages(i), deferred(i))
     for history in (10, 100, 1000):
         runs = [await run_with_history(store, history) for _ in range(PAUSE_SAMPLES)]
         samples = []
         for i, run_id in enumerate(runs):
             start = time.perf_counter()
-            await store.pause(run_id, "bench-worker", step_messages(i), deferred(i))
+            await store.runs.pause(run_id, "bench-worker", step_messages(i), deferred(i))
             samples.append(time.perf_counter() - start)
         print(
             f"  history {history:5d} msgs: pause p50 {statistics.median(samples) * 1e3:6.2f} ms"
@@ -141,7 +141,7 @@ async def bench_wakeup(url: str, label: str) -> None:
     worker_store = Store(worker_db)
     reviewer_store = Store(reviewer_db, worker_store.notifier if worker_db.is_sqlite else None)
     claimed_at: dict[str, float] = {}
-    original_claim = worker_store.claim
+    original_claim = worker_store.runs.claim
 
     async def timed_claim(*args: Any, **kwargs: Any) -> Any:
         result = await original_claim(*args, **kwargs)
@@ -149,7 +149,7 @@ async def bench_wakeup(url: str, label: str) -> None:
             claimed_at[result.run_id] = time.perf_counter()
         return result
 
-    worker_store.claim = timed_claim  # type: ignore[method-assign]
+    worker_store.runs.claim = timed_claim  # type: ignore[method-assign]
     registry = AgentRegistry([bench_agent])
     latencies = []
     stop = anyio.Event()
@@ -159,13 +159,13 @@ async def bench_wakeup(url: str, label: str) -> None:
         )
         await anyio.sleep(0.3)
         for _ in range(20):
-            run_id = await reviewer_store.start_run("bench", "go", actor=SERVICE)
-            while (await reviewer_store.get_run(run_id)).status != "awaiting_approval":
+            run_id = await reviewer_store.runs.start_run("bench", "go", actor=SERVICE)
+            while (await reviewer_store.runs.get_run(run_id)).status != "awaiting_approval":
                 await anyio.sleep(0.005)
-            [call] = await reviewer_store.run_calls(run_id)
-            await reviewer_store.decide(call.id, Approve(), actor=Actor("alice", "reviewer"))
+            [call] = await reviewer_store.calls.run_calls(run_id)
+            await reviewer_store.calls.decide(call.id, Approve(), actor=Actor("alice", "reviewer"))
             decided = time.perf_counter()
-            while run_id not in claimed_at or (await reviewer_store.get_run(run_id)).status != "completed":
+            while run_id not in claimed_at or (await reviewer_store.runs.get_run(run_id)).status != "completed":
                 await anyio.sleep(0.005)
             latencies.append(claimed_at[run_id] - decided)
         stop.set()
@@ -182,7 +182,7 @@ def _decide_worker(url: str, call_ids: list[str], actor: str, tasks: int, barrie
 
     async def decide_all(store: Store, ids: list[str]) -> None:
         for call_id in ids:
-            await store.decide(call_id, Approve(), actor=Actor(actor, "reviewer"))
+            await store.calls.decide(call_id, Approve(), actor=Actor(actor, "reviewer"))
 
     async def main() -> None:
         database = Database(url)
@@ -265,15 +265,15 @@ async def prepare_paused_runs(url: str, count: int) -> list[str]:
     store = Store(database)
     resumer = Resumer(store, AgentRegistry([bench_agent]), worker_id="setup")
     for _ in range(count):
-        await store.start_run("bench", "go", actor=SERVICE)
+        await store.runs.start_run("bench", "go", actor=SERVICE)
     await analyze(database)
     while await resumer.resume() is not None:
         pass
     await analyze(database)
-    page = await store.list_calls(limit=500)
+    page = await store.calls.list_calls(limit=500)
     ids = [c.id for c in page.items]
     while page.next_cursor:
-        page = await store.list_calls(limit=500, after=page.next_cursor)
+        page = await store.calls.list_calls(limit=500, after=page.next_cursor)
         ids.extend(c.id for c in page.items)
     await database.dispose()
     return ids
@@ -303,7 +303,7 @@ async def bench_decision_latency(url: str, label: str, count: int = 300) -> None
     samples = []
     for call_id in ids:
         start = time.perf_counter()
-        await store.decide(call_id, Approve(), actor=reviewer)
+        await store.calls.decide(call_id, Approve(), actor=reviewer)
         samples.append((time.perf_counter() - start) * 1000)
     await database.dispose()
     samples = samples[20:]  # warm-up: connections, prepared statements

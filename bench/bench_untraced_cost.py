@@ -62,11 +62,11 @@ async def main():
     service = ApprovalService(store, AgentRegistry([agent]))
     times = {"agent step": [], "decision": [], "resume": []}
     for round_ in range(rounds + warmup):
-        run_id = await store.start_run("bench", "go", actor=Actor("svc", "reviewer"))
+        run_id = await store.runs.start_run("bench", "go", actor=Actor("svc", "reviewer"))
         started = time.perf_counter()
         await service.resumer.resume(run_id)
         paused = time.perf_counter()
-        [call] = await store.run_calls(run_id)
+        [call] = await store.calls.run_calls(run_id)
         deciding = time.perf_counter()
         await service.decide(call.id, Approve(), actor=Actor("alice", "reviewer"))
         decided = time.perf_counter()

@@ -40,10 +40,10 @@ class Approvals:
 
     def calls(self) -> list[ToolCallRow]:
         """Every stored call, whatever its status, newest first."""
-        return list(self.server.call(self.server.store.list_calls(status=None)).items)
+        return list(self.server.call(self.server.store.calls.list_calls(status=None)).items)
 
     def pending(self) -> list[ToolCallRow]:
-        return list(self.server.call(self.server.store.list_calls()).items)
+        return list(self.server.call(self.server.store.calls.list_calls()).items)
 
     def decide(self, call_id: str, decision: Mapping[str, Any]) -> dict[str, Any]:
         """Decide like a reviewer does, through the JSON API."""
@@ -74,17 +74,17 @@ class Approvals:
 
     def call_actions(self, run_id: str) -> list[str]:
         """The audit log's `call.*` actions in run `run_id` (a gate session), oldest first."""
-        page = self.server.call(self.server.store.audit_events(run_id=run_id, newest_first=False))
+        page = self.server.call(self.server.store.audit.audit_events(run_id=run_id, newest_first=False))
         return [event.action for event in page.items if event.action.startswith("call.")]
 
     def audit_verifies(self) -> bool:
-        return self.server.call(self.server.store.verify_audit()).ok
+        return self.server.call(self.server.store.audit.verify_audit()).ok
 
 
 def accounts(server: LiveServer, asking_name: str, kind: Callable[[LiveServer, str, str], A]) -> A:
     """`kind` over `server`: a token named `asking_name` that may only ask (`calls:ask`), and the reviewer's own."""
     store = server.store
-    asking = server.call(store.create_token(asking_name, role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
-    server.call(store.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
-    reviewing = server.call(store.create_token("rita-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
+    asking = server.call(store.people.create_token(asking_name, role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    server.call(store.people.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
+    reviewing = server.call(store.people.create_token("rita-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
     return kind(server, asking, reviewing)

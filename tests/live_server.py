@@ -90,7 +90,7 @@ def serving(
         time.sleep(0.05)
     live = LiveServer(url=f"http://127.0.0.1:{port}", app=app, loop=loop, tool_log=tmp_path / "tool-log")
     for name, role in ROLES.items() if users else ():
-        live.call(live.store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM))
+        live.call(live.store.people.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM))
     try:
         yield live
     finally:

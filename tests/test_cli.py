@@ -11,15 +11,16 @@ from typer.testing import CliRunner
 from approvals.cli import app, with_store
 from approvals.store.migrate import head_revision
 
+from .databases import DATABASES
+
 runner = CliRunner()
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
-    assert result.exit_code == 0, result.output
-    return url
+    """A migrated SQLite file of the test's own: a copy of the process's template (tests/databases.py), not
+    a migration per test (~0.5 s); test_cli.py's test_db_upgrade_and_current runs `approvals db upgrade`."""
+    return DATABASES.fresh("sqlite", tmp_path)[0]
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -27,7 +28,10 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_db_upgrade_and_current(db: str) -> None:
+def test_db_upgrade_and_current(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    code, out = run("db", "upgrade", "--database-url", db)
+    assert code == 0, out
     code, out = run("db", "current", "--database-url", db)
     assert code == 0
     head = head_revision()
@@ -60,11 +64,11 @@ def test_users_and_tokens(db: str) -> None:
 @pytest.mark.parametrize("command", [["password", "carol", "--password", "new-password-1"], ["disable", "carol"]])
 def test_cli_user_changes_end_the_users_web_sessions(db: str, command: list[str]) -> None:
     assert run("users", "add", "carol", "--password", "carol-pw-1234", "--database-url", db)[0] == 0
-    session_id = with_store(db, lambda store: store.open_session("carol", max_age=3600))
-    assert with_store(db, lambda store: store.session_user(session_id)) is not None
+    session_id = with_store(db, lambda store: store.people.open_session("carol", max_age=3600))
+    assert with_store(db, lambda store: store.people.session_user(session_id)) is not None
     code, out = run("users", *command, "--database-url", db)
     assert code == 0, out
-    assert with_store(db, lambda store: store.session_user(session_id)) is None
+    assert with_store(db, lambda store: store.people.session_user(session_id)) is None
 
 
 def test_demo_seeds_pending_calls_and_audit_verifies(db: str, monkeypatch: pytest.MonkeyPatch) -> None:

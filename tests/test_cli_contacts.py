@@ -9,15 +9,16 @@ from typer.testing import CliRunner
 
 from approvals.cli import app, with_store
 
+from .databases import DATABASES
+
 runner = CliRunner()
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
-    assert result.exit_code == 0, result.output
-    return url
+    """A migrated SQLite file of the test's own: a copy of the process's template (tests/databases.py), not
+    a migration per test (~0.5 s); test_cli.py's test_db_upgrade_and_current runs `approvals db upgrade`."""
+    return DATABASES.fresh("sqlite", tmp_path)[0]
 
 
 def run(db: str, *args: str) -> tuple[int, str]:
@@ -53,5 +54,5 @@ def test_bad_addresses_and_ids_are_refused_clearly_and_change_nothing(db: str) -
     assert code == 1 and "is not a Slack member id" in out
     code, out = run(db, "users", "contact", "nobody", "--email", "n@example.com")
     assert code == 1 and "No user 'nobody'" in out
-    bob = with_store(db, lambda store: store.get_user("bob"))
+    bob = with_store(db, lambda store: store.people.get_user("bob"))
     assert (bob.email, bob.slack_user_id) == (None, None)

@@ -31,10 +31,9 @@ SMALL = "when: double(args.amount) < 50.0"
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    result = runner.invoke(app, ["db", "upgrade", "--database-url", url])
-    assert result.exit_code == 0, result.output
-    return url
+    """A migrated SQLite file of the test's own: a copy of the process's template (tests/databases.py), not
+    a migration per test (~0.5 s); test_cli.py's test_db_upgrade_and_current runs `approvals db upgrade`."""
+    return DATABASES.fresh("sqlite", tmp_path)[0]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -93,7 +92,7 @@ def test_a_changed_condition_is_one_changed_rule_at_version_2(db: str, tmp_path:
         "    when: 'double(args.amount) < 50.0' -> 'double(args.amount) < 80.0'",
     ]
     assert [line[0] for line in out.splitlines() if not line.startswith(" ")] == ["~"]
-    assert with_store(db, lambda store: store.get_rule("small-refunds")).version == 2
+    assert with_store(db, lambda store: store.rules.get_rule("small-refunds")).version == 2
     code, out = run(db, "rules", "history", "small-refunds")
     assert code == 0, out
     newest, oldest = out.splitlines()
@@ -181,7 +180,10 @@ def test_prune_removes_what_the_file_no_longer_holds(db: str, tmp_path: Path) ->
     assert run(db, "rules", "apply", fewer) == (0, "no changes\n")
     code, out = run(db, "rules", "apply", fewer, "--prune")
     assert code == 0 and out.splitlines() == ["- no-deleting-customers", "- outside-email"]
-    assert [rule.name for rule in with_store(db, lambda store: store.list_rules())] == ["big-refunds", "small-refunds"]
+    assert [rule.name for rule in with_store(db, lambda store: store.rules.list_rules())] == [
+        "big-refunds",
+        "small-refunds",
+    ]
 
 
 def test_a_file_from_standard_input(db: str) -> None:
@@ -290,14 +292,14 @@ def test_enable_disable_and_delete_keep_the_history(db: str, tmp_path: Path) -> 
     assert code == 1 and "No rule 'nothing'" in out
     code, out = run(db, "rules", "apply", rules_file(tmp_path, SUPPORT))
     assert code == 0 and out.splitlines() == ["+ small-refunds (allow)"]  # back, as version 5
-    assert with_store(db, lambda store: store.get_rule("small-refunds")).version == 5
+    assert with_store(db, lambda store: store.rules.get_rule("small-refunds")).version == 5
 
 
 async def ask_calls(store: Store) -> None:
     service = Actor("support-app", "reviewer", person=False)
     for tool, args in (("refund", {"amount": 20}), ("refund", {"amount": 900}), ("send_email", {"to": "a@b.example"})):
         request = CallRequest(engine="gate", source="support-app", session_id="s1", tool_name=tool, args=args)
-        await store.request_call(validate_request(request), actor=service)
+        await store.calls.request_call(validate_request(request), actor=service)
 
 
 def test_dry_run_shows_what_a_rule_would_have_decided_beside_what_happened(db: str, tmp_path: Path) -> None:
@@ -353,7 +355,7 @@ def cells(row: str) -> list[str]:
 
 
 def groups_of(db: str, username: str) -> Any:
-    return with_store(db, lambda store: store.get_user(username)).groups
+    return with_store(db, lambda store: store.people.get_user(username)).groups
 
 
 def test_users_groups_shown_set_added_and_removed(db: str) -> None:

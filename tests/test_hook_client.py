@@ -87,11 +87,11 @@ def database(tmp_path: Path) -> str:
 
 
 def asking_token(server: LiveServer) -> str:
-    return server.call(server.store.create_token("claude", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    return server.call(server.store.people.create_token("claude", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
 
 
 def pending_calls(server: LiveServer) -> list[Any]:
-    return server.call(server.store.list_calls(status=None)).items
+    return server.call(server.store.calls.list_calls(status=None)).items
 
 
 def test_the_hook_answers_in_claude_codes_format_and_retries_find_the_same_call(database: str, tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_the_hook_answers_in_claude_codes_format_and_retries_find_the_same_call(
         assert output["permissionDecision"] == "deny" and "/calls/" in output["permissionDecisionReason"]
 
         [call] = pending_calls(server)
-        server.call(server.store.decide(call.id, Approve(), actor=REVIEWER))
+        server.call(server.store.calls.decide(call.id, Approve(), actor=REVIEWER))
         allowed = run_hook("claude-code", claude_input(), url=server.url, token=token, args=("--wait", "0"))
         assert json.loads(allowed.stdout) == {
             "hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}
@@ -142,7 +142,7 @@ def test_a_server_restarted_while_the_hook_waits_is_asked_again_about_the_same_c
     with serving(database, tmp_path, AgentRegistry(), port=port, users=False) as restarted:
         [call] = pending_calls(restarted)
         time.sleep(1.5)  # the hook reaches the new server and waits there
-        restarted.call(restarted.store.decide(call.id, Approve(), actor=REVIEWER))
+        restarted.call(restarted.store.calls.decide(call.id, Approve(), actor=REVIEWER))
         out, err = hook.communicate(timeout=60)
         assert hook.returncode == 0, err
         assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
@@ -170,7 +170,7 @@ def answering(answer: Any, status: int = 200) -> Iterator[str]:
     """A server that answers every POST with `answer`: a stand-in for a broken or hostile approvals."""
     handler = type("Handler", (_Answering,), {"answer": json.dumps(answer).encode(), "status": status})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

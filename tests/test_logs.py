@@ -79,13 +79,13 @@ async def test_json_lines_carry_the_run_call_and_trace_ids(store: Store, tmp_pat
     tracer = TracerProvider().get_tracer("test")  # an SDK provider's spans, never installed globally
     with captured("json") as stream:
         logging.getLogger("approvals.test").info("before any run")
-        run_id = await store.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+        run_id = await store.runs.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
         with tracer.start_as_current_span("operator"):
             assert await Resumer(store, registry).resume(run_id) == run_id
-            [call] = await store.run_calls(run_id)
+            [call] = await store.calls.run_calls(run_id)
             await service.decide(call.id, Approve(), actor=Actor("rita", "reviewer"))
             await Resumer(store, registry).resume(run_id)
-    assert (await store.get_run(run_id)).status == "completed"
+    assert (await store.runs.get_run(run_id)).status == "completed"
 
     lines = json_lines(stream)
     assert all(set(JSON_FIELDS) <= line.keys() for line in lines)
@@ -124,7 +124,7 @@ class _Receiver(BaseHTTPRequestHandler):
 def webhook_receiver() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     server.received = 0  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield server
@@ -165,8 +165,8 @@ async def running_app(settings: Settings) -> AsyncIterator[WebApp]:
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
         for name, role in ROLES.items():
-            await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
-        await store.set_user_contact("alice", actor=SYSTEM, slack_user_id="U0ALICE", email="alice@example.com")
+            await store.people.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
+        await store.people.set_user_contact("alice", actor=SYSTEM, slack_user_id="U0ALICE", email="alice@example.com")
         yield WebApp(app=app, store=store)
 
 
@@ -247,8 +247,8 @@ async def _drive_every_secret(
         client, _ = await web.login("alice")  # a password, then the session cookie it gets
         assert (await client.get("/")).status_code == 200
         await client.aclose()
-        api_token = await web.store.create_token("api", role="reviewer", actor=SYSTEM, user="bob")
-        gate_token = await web.store.create_token("gate", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+        api_token = await web.store.people.create_token("api", role="reviewer", actor=SYSTEM, user="bob")
+        gate_token = await web.store.people.create_token("gate", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
         used |= {"api token": api_token, "gate token": gate_token}
         async with web.client(headers={"Authorization": f"Bearer {api_token}"}) as api:
             assert (await api.get("/api/calls")).status_code == 200
@@ -259,7 +259,7 @@ async def _drive_every_secret(
         gate_call = asked.json()["call_id"]
 
         service = web.app.state.context.service
-        run_id = await web.store.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+        run_id = await web.store.runs.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
         assert (await service.resume_now(run_id)).status == "awaiting_approval"
 
         def mails() -> list[Any]:

@@ -63,15 +63,17 @@ def test_readme_gate_curl_example_runs(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path}/gate.db"
     upgrade(database)
     with serving(database, tmp_path, AgentRegistry(), users=False) as server:
-        token = server.call(server.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+        token = server.call(
+            server.store.people.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+        )
         reviewer = Actor("rita", "reviewer")
 
         def approve_when_asked() -> None:
             deadline = time.monotonic() + 30
-            while not (pending := server.call(server.store.list_calls()).items):
+            while not (pending := server.call(server.store.calls.list_calls()).items):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-            server.call(server.store.decide(pending[0].id, Approve(), actor=reviewer))
+            server.call(server.store.calls.decide(pending[0].id, Approve(), actor=reviewer))
 
         approver = threading.Thread(target=approve_when_asked)
         approver.start()
@@ -87,7 +89,7 @@ def test_readme_gate_curl_example_runs(tmp_path: Path) -> None:
         lines = done.stdout.splitlines()
         assert lines[0].startswith(f"pending {server.url}/calls/")
         assert lines[1] == "approved True {'order_id': 'A-1', 'amount': 250}"
-        [call] = server.call(server.store.list_calls(status=None)).items
+        [call] = server.call(server.store.calls.list_calls(status=None)).items
         assert call.status == "succeeded" and call.result == "refunded 250"
 
 

@@ -81,14 +81,14 @@ async def test_one_trace_from_prompt_to_answer_across_a_decision_and_another_pro
         response = await starter.post("/api/runs", json={"agent": "shop", "prompt": "go", "deps": {"log": "/dev/null"}})
         assert response.status_code == 201, response.text
         run_id = response.json()["id"]
-        run = await web.store.get_run(run_id)
+        run = await web.store.runs.get_run(run_id)
         assert run.trace_context is not None and set(run.trace_context) >= {"traceparent"}
         trace_id = run.trace_context["traceparent"].split("-")[1]
 
         # the first steps, in this process, until the run waits for people
         await Resumer(web.store, AgentRegistry([shop_agent])).resume(run_id)
-        assert (await web.store.get_run(run_id)).status == "awaiting_approval"
-        calls = {c.tool_name: c.id for c in await web.store.run_calls(run_id)}
+        assert (await web.store.runs.get_run(run_id)).status == "awaiting_approval"
+        calls = {c.tool_name: c.id for c in await web.store.calls.run_calls(run_id)}
         for tool, verdict in (
             ("refund", {"verdict": "approve"}),
             ("delete_customer", {"verdict": "deny", "reason": "no"}),
@@ -100,7 +100,7 @@ async def test_one_trace_from_prompt_to_answer_across_a_decision_and_another_pro
     spans_file = tmp_path / "spans.jsonl"
     resumed = tracing_process("resume", db_url, run_id, str(spans_file))
     assert resumed.returncode == 0, resumed.stderr
-    assert (await web.store.get_run(run_id)).status == "completed"
+    assert (await web.store.runs.get_run(run_id)).status == "completed"
     there = [json.loads(line) for line in spans_file.read_text().splitlines()]
 
     ours = [s for s in here + there if s["name"].split(" ")[0] in OUR_SPANS]
@@ -144,7 +144,7 @@ async def test_one_trace_from_prompt_to_answer_across_a_decision_and_another_pro
     assert agent["parent_id"] == resume["span_id"]
     refund = named(there, "execute_tool refund")  # the approved call, run after the wait
     assert refund["parent_id"] == agent["span_id"] and refund["attributes"]["gen_ai.tool.name"] == "refund"
-    assert refund["attributes"]["gen_ai.tool.call.id"] == (await web.store.get_call(calls["refund"])).tool_call_id
+    assert refund["attributes"]["gen_ai.tool.call.id"] == (await web.store.calls.get_call(calls["refund"])).tool_call_id
     assert not [s for s in there if s["name"] == "execute_tool delete_customer"]  # denied: never ran
     assert named(there, "chat test")["parent_id"] == agent["span_id"]
 
@@ -153,7 +153,7 @@ async def test_a_gate_call_request_is_traced(
     web: WebApp,  # noqa: F811 - the shared fixture
     exporter: InMemorySpanExporter,
 ) -> None:
-    token = await web.store.create_token("asker", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+    token = await web.store.people.create_token("asker", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
     asked = {"source": "cli", "session_id": "s1", "idempotency_key": "t1", "tool_name": "Bash", "args": {"c": "ls"}}
     exporter.clear()
     with trace.get_tracer("test").start_as_current_span("caller") as caller:
@@ -215,8 +215,8 @@ async def test_a_decision_span_covers_the_decision_and_a_refused_one_says_why(
     service = web.app.state.context.service
     run_id = await service.start_run("shop", "refund", actor=Actor("svc", "reviewer"), deps={"log": "/dev/null"})
     await service.resumer.resume(run_id)
-    stored = (await web.store.get_run(run_id)).trace_context
-    calls = {call.tool_name: call for call in await web.store.run_calls(run_id)}
+    stored = (await web.store.runs.get_run(run_id)).trace_context
+    calls = {call.tool_name: call for call in await web.store.calls.run_calls(run_id)}
     exporter.clear()
     before = time.time_ns()
     await service.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
@@ -225,7 +225,7 @@ async def test_a_decision_span_covers_the_decision_and_a_refused_one_says_why(
     after = time.time_ns()
     spans = [s for s in exporter.get_finished_spans() if s.name == "approvals.decide"]
     assert len(spans) == 2
-    decided = (await web.store.audit_events(action="call.approved", run_id=run_id)).items[0].at.timestamp() * 1e9
+    decided = (await web.store.audit.audit_events(action="call.approved", run_id=run_id)).items[0].at.timestamp() * 1e9
     for span in spans:
         assert span.start_time is not None and span.end_time is not None
         assert before <= span.start_time <= span.end_time <= after

@@ -82,11 +82,11 @@ async def untraced(url: str) -> None:
             "shop", "refund and delete", actor=Actor("svc", "reviewer"), deps={"log": "/dev/null"}
         )
         await service.resumer.resume(run_id)
-        calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+        calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
         await service.decide(calls["refund"].id, Approve(), actor=alice)
         await service.decide(calls["delete_customer"].id, Deny(reason="no"), actor=alice)
         await service.resumer.resume(run_id)
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         found = {"enabled": tracing.enabled(), "status": run.status, "trace_context": run.trace_context}
         sys.stdout.write(json.dumps(found) + "\n")
     finally:

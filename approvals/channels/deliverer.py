@@ -164,7 +164,7 @@ class Deliverer:
         self.options = _Options(
             backoff, max_backoff, attempt_timeout, poll_interval, lease_seconds, shutdown_grace, batch
         )
-        self.cursors = WebhookCursors(store, lease_seconds=lease_seconds)
+        self.cursors = WebhookCursors(store.outbound, lease_seconds=lease_seconds)
         self.health = health if health is not None else DelivererHealth()
         for channel in self.channels:  # a restarted deliverer carries on with its predecessor's figures
             known = self.health.destinations.get(channel.destination_id)

@@ -2,15 +2,15 @@
 
 The durable deliverer (`approvals.channels.deliverer`) follows the audit log for this channel
 (destination "email"): `call.requested` mails the reviewers the call is routed to
-(`Store.reviewers_in(call.approver_groups)`, those with an address), `call.reminded` mails
+(`store.people.reviewers_in(call.approver_groups)`, those with an address), `call.reminded` mails
 them again, `call.escalated` mails the members of the groups escalated to who got no mail
 about the call yet. The call is read when the event is delivered: a call no longer pending
-gets no mail. Each recipient's mail is recorded (`Store.record_message`) right after the
+gets no mail. Each recipient's mail is recorded (`store.outbound.record_message`) right after the
 server took it, and a delivery tried again skips recipients already recorded for that call
 and purpose, so an outage halfway through the list mails nobody twice (barring a crash
 between sending and recording: then at least once).
 
-Each mail carries the recipient's own links (`Store.create_email_links`: approve and deny,
+Each mail carries the recipient's own links (`store.outbound.create_email_links`: approve and deny,
 bound to the arguments' digest, expiring after `SmtpSettings.link_ttl` or with the call);
 opening one shows a confirmation page and the page's POST decides
 (`approvals_web.email_links.routes`).
@@ -103,7 +103,7 @@ class EmailChannel:
         if purpose is None:
             return
         try:
-            call = await self.store.get_call(event.subject_id)
+            call = await self.store.calls.get_call(event.subject_id)
         except NotFound:
             return  # deleted with its run: nobody to ask
         if call.status != CallStatus.PENDING or _expired(call):
@@ -131,12 +131,12 @@ class EmailChannel:
         if purpose == "escalation":
             if not groups:
                 return []  # escalated to nobody by mail
-            users = await self.store.reviewers_in(groups)
+            users = await self.store.people.reviewers_in(groups)
             done_purposes: str | None = None  # anyone mailed about the call already knows of it
         else:
-            users = await self.store.reviewers_in(call.approver_groups)
+            users = await self.store.people.reviewers_in(call.approver_groups)
             done_purposes = purpose
-        done = {m.destination for m in await self.store.sent_messages(call.id, CHANNEL, purpose=done_purposes)}
+        done = {m.destination for m in await self.store.outbound.sent_messages(call.id, CHANNEL, purpose=done_purposes)}
         return [user for user in users if user.email and user.email not in done]
 
     async def _mail(self, call: ToolCallRow, user: UserRow, purpose: Purpose, groups: tuple[str, ...]) -> SendOutcome:
@@ -144,7 +144,9 @@ class EmailChannel:
         expires_at = utcnow() + dt.timedelta(seconds=self.smtp.link_ttl)
         if call.expires_at is not None:
             expires_at = min(expires_at, call.expires_at)
-        tokens = await self.store.create_email_links(call.id, user.username, call.current_digest, expires_at=expires_at)
+        tokens = await self.store.outbound.create_email_links(
+            call.id, user.username, call.current_digest, expires_at=expires_at
+        )
         links = MailLinks(
             approve=email_link_url(self.public_url, tokens.approve),
             deny=email_link_url(self.public_url, tokens.deny),
@@ -156,7 +158,9 @@ class EmailChannel:
         )
         outcome = await self.mailer.send(message, user.email)
         if outcome.sent:
-            await self.store.record_message(call.id, CHANNEL, user.email, purpose, str(message["Message-ID"])[:200])
+            await self.store.outbound.record_message(
+                call.id, CHANNEL, user.email, purpose, str(message["Message-ID"])[:200]
+            )
             logger.info("mailed %s about call %s (%s)", user.email, call.id, purpose)
         return outcome
 

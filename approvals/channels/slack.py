@@ -92,10 +92,10 @@ class SlackChannel:
     async def deliver(self, event: AuditEventRow) -> None:
         try:
             if event.action == "run.cancelled":
-                for call in await self.store.run_calls(event.subject_id):
+                for call in await self.store.calls.run_calls(event.subject_id):
                     await self._refresh(call)
                 return
-            call = await self.store.get_call(event.subject_id)
+            call = await self.store.calls.get_call(event.subject_id)
         except NotFound:  # the run was deleted since: nothing left to tell
             return
         if event.action == "call.requested":
@@ -123,7 +123,7 @@ class SlackChannel:
         return [self.settings.channel] if self.settings.channel else []
 
     async def _post(self, call: ToolCallRow, destinations: list[str], *, purpose: str, note: str | None = None) -> None:
-        sent = {row.destination for row in await self.store.sent_messages(call.id, CHANNEL)}
+        sent = {row.destination for row in await self.store.outbound.sent_messages(call.id, CHANNEL)}
         todo = [destination for destination in destinations if destination not in sent]
         if not todo:
             return
@@ -137,7 +137,7 @@ class SlackChannel:
                 logger.warning("slack: %s refused the message about call %s: %s", destination, call.id, exc.code)
                 refused.append(f"{destination}: {exc.code}")
                 continue
-            await self.store.record_message(call.id, CHANNEL, destination, purpose, message_ref(channel, ts))
+            await self.store.outbound.record_message(call.id, CHANNEL, destination, purpose, message_ref(channel, ts))
         if len(refused) == len(todo) and not (sent & set(destinations)):
             raise DeliveryRefused("no destination took the message: " + "; ".join(refused))
 
@@ -151,7 +151,9 @@ class SlackChannel:
             raise DeliveryRefused(str(exc))
 
     async def _remind(self, call: ToolCallRow) -> None:
-        reminded = {row.destination for row in await self.store.sent_messages(call.id, CHANNEL, purpose="reminder")}
+        reminded = {
+            row.destination for row in await self.store.outbound.sent_messages(call.id, CHANNEL, purpose="reminder")
+        }
         text = reminder_text(call)
         for row in await self._announcements(call):
             where = parse_ref(row.ref)
@@ -164,7 +166,9 @@ class SlackChannel:
                 await self._fail_or_continue(exc)
                 logger.warning("slack: no reminder in %s for call %s: %s", row.destination, call.id, exc.code)
                 continue
-            await self.store.record_message(call.id, CHANNEL, row.destination, "reminder", message_ref(channel, reply))
+            await self.store.outbound.record_message(
+                call.id, CHANNEL, row.destination, "reminder", message_ref(channel, reply)
+            )
 
     async def _refresh(self, call: ToolCallRow) -> None:
         """Bring every message about `call` to its current state."""
@@ -185,7 +189,7 @@ class SlackChannel:
 
     async def _announcements(self, call: ToolCallRow) -> list[ChannelMessageRow]:
         """The messages showing the call (not the reminders in their threads)."""
-        rows = await self.store.sent_messages(call.id, CHANNEL)
+        rows = await self.store.outbound.sent_messages(call.id, CHANNEL)
         return [row for row in rows if row.purpose != "reminder"]
 
     async def _message(self, call: ToolCallRow, *, note: str | None = None) -> Message:
@@ -194,7 +198,7 @@ class SlackChannel:
             return call_message(call, public_url=self.public_url, open_=False, status_line=decided_sentence(call))
         status_line = None
         if call.approvals_required > 1:
-            facts = (await self.store.review_facts([call.id])).get(call.id)
+            facts = (await self.store.calls.review_facts([call.id])).get(call.id)
             approvers = sorted(facts.standing.get(call.current_digest, frozenset())) if facts else []
             if approvers:
                 status_line = quorum_sentence(len(approvers), call.approvals_required, approvers)

@@ -96,7 +96,7 @@ def call_outcomes(messages: Iterable[ModelMessage], executing: Collection[str]) 
 
     A call succeeded with its tool's result, or failed with the retry message the model read;
     a call of `executing` the messages do not settle is left out, and so is any other call. The
-    store writes these as given (`Store.append_step`, `pause`, `finish`): it never reads a history.
+    store writes these as given (`store.runs.append_step`, `pause`, `finish`): it never reads a history.
     """
     outcomes: dict[str, tuple[CallStatus, Any]] = {}
     for message in messages:

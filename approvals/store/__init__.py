@@ -1,29 +1,34 @@
 """Durable runs: the SQL store behind pauses, decisions, leases and the audit log.
 
-`Store(Database(url))` offers the few operations the system needs, each one transaction:
-`start_run`, `claim`, `mark_executing`, `append_step`, `pause`, `finish`, `decide`,
-`expire`, the call lifecycle of agents that run elsewhere (`request_call`,
-`wait_for_decision`, `settle_call`), plus the reads the web app and the resumer need.
-Its parts by aggregate: `store.people` (accounts, tokens, sign-in) and `store.outbound`
-(messages about calls); `facade.py` says how.
+`Store(Database(url))` holds the operations the system needs, each one transaction, by the
+aggregate they change: `store.runs` (`start_run`, `claim`, `mark_executing`, `append_step`,
+`pause`, `finish`, ...), `store.calls` (`decide`, `expire`, and the call lifecycle of agents
+that run elsewhere: `request_call`, `wait_for_decision`, `settle_call`), `store.rules`,
+`store.conversations`, `store.people` (accounts, tokens, sign-in), `store.outbound` (messages
+about calls) and `store.audit`, plus the reads the web app and the resumer need; `facade.py`
+says how.
 """
 
 from __future__ import annotations
 
 from ..calls.actors import SYSTEM, TOKEN_SCOPES, Actor
 from ..calls.states import Role
+from .audit_log import AuditLog
 from .backends.database import Database, normalize_url
 from .backends.notify import Notifier
+from .calls import Calls
 from .claims import ClaimedRun
-from .conversations import ConversationOps
+from .conversations import Conversations
 from .facade import Store
 from .logins import LoginAttempt, LoginLimits
 from .outbound import Outbound
-from .paused_runs import PausedRun, PausedRunOps
+from .paused_runs import PausedRun
 from .people import People
-from .policy_rules import DryRun, DryRunRow, RuleOps
+from .policy_evaluation import PolicyEvaluation
+from .policy_rules import DryRun, DryRunRow, Rules
 from .queries import Page
 from .run_plan import DecidedCall
+from .runs import Runs
 from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
 __all__ = (
@@ -33,8 +38,10 @@ __all__ = (
     "SYSTEM",
     "TOKEN_SCOPES",
     "Actor",
+    "AuditLog",
+    "Calls",
     "ClaimedRun",
-    "ConversationOps",
+    "Conversations",
     "DryRun",
     "DryRunRow",
     "Database",
@@ -45,10 +52,11 @@ __all__ = (
     "Outbound",
     "Page",
     "PausedRun",
-    "PausedRunOps",
     "People",
+    "PolicyEvaluation",
     "Role",
-    "RuleOps",
+    "Rules",
+    "Runs",
     "Store",
     "normalize_url",
 )

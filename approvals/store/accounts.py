@@ -113,6 +113,12 @@ class AccountOps(StoreBase):
         async with self.db.read() as session:
             return list((await session.scalars(select(UserRow).order_by(UserRow.username))).all())
 
+    async def group_names(self) -> set[str]:
+        """Every group some enabled user belongs to."""
+        async with self.db.read() as session:
+            rows = (await session.scalars(select(UserRow.groups).where(UserRow.disabled.is_(False)))).all()
+        return {group for groups in rows for group in (groups or ())}
+
     async def authenticate(self, username: str, password: str) -> UserRow | None:
         """The enabled user with this password, or None (no hint which part was wrong)."""
         async with self.db.read() as session:

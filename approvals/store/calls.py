@@ -1,4 +1,8 @@
-"""The call lifecycle for agents that run elsewhere: request a decision, wait for it, settle the call.
+"""Calls: decisions and expiry, reads, and the call lifecycle of agents that run elsewhere.
+
+`Calls` is the aggregate (`Store.calls`): a reviewer's verdict and expiry (`decisions.DecisionOps`),
+the reads of calls (`queries.CallReads`), and a gate's lifecycle below: request a decision, wait
+for it, settle the call.
 
 A gate's calls are not tied to a worker's lease: each of these is one transaction on its
 own. A session's calls gather in one run of the source that asks (its id derived from the
@@ -32,15 +36,17 @@ from ..policy.outcomes import call_columns, decided_details, rule_decision
 from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .audit import call_event, run_event
 from .backend import Backend
+from .backends.database import Database
+from .backends.notify import Notifier
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
-from .policy_rules import PolicyEvaluation
-from .queries import Queries
+from .policy_evaluation import PolicyEvaluation
+from .queries import CallReads
 from .run_plan import tool_definition_row, utcnow
 from .run_sql import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
-__all__ = ("SETTLED_OUTCOMES", "CallOps", "session_run_id")
+__all__ = ("SETTLED_OUTCOMES", "Calls", "session_run_id")
 
 CALLS = cast(Table, ToolCallRow.__table__)
 SETTLED_OUTCOMES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
@@ -102,8 +108,25 @@ def session_run_id(engine: str, source: str, session_id: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"approvals:{engine}:{source}:{session_id}").hex
 
 
-class CallOps(PolicyEvaluation, DecisionOps, Queries):
-    """Requesting, waiting for and settling calls of agents that run elsewhere."""
+class Calls(DecisionOps, CallReads):
+    """Deciding, expiring and reading calls; requesting, waiting for and settling those of agents that run elsewhere.
+
+    Given the store's one `PolicyEvaluation` (the rules decide a requested call first) and the set
+    of tool definitions this process stored, shared with `Runs`.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        notifier: Notifier | None = None,
+        *,
+        policy: PolicyEvaluation,
+        tool_versions: set[str] | None = None,
+    ) -> None:
+        super().__init__(db, notifier)
+        self.policy = policy
+        self._stored_tool_versions = tool_versions if tool_versions is not None else set()
+        """Tool definition versions this process stored or saw stored, as `Runs` holds them."""
 
     async def request_call(
         self, validated: ValidatedRequest, *, actor: Actor, hand_out: bool = False
@@ -134,7 +157,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
                 row = (await session.execute(_CALL_BY_ARGUMENTS, same)).mappings().first()
                 if row is not None:
                     return loaded_call(dict(row)), False
-            rule_set = await self.rules_in_force(session) if row is None else None
+            rule_set = await self.policy.rules_in_force(session) if row is None else None
         if row is not None:
             return _same_call(loaded_call(dict(row)), validated), False
         now = utcnow()
@@ -149,7 +172,7 @@ class CallOps(PolicyEvaluation, DecisionOps, Queries):
             now=now,
             approvals_required=request.approvals_required,
         )
-        outcome = await self.evaluate_policy(asked, rule_set)
+        outcome = await self.policy.evaluate_policy(asked, rule_set)
         version = validated.definition.version
         known = version in self._stored_tool_versions
         with tracing.requesting_call(request.engine, request.source, request.tool_name, request.tool_call_id):

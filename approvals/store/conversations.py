@@ -13,6 +13,9 @@ stops (`sync_conversation`), guarded by the revision like any save. A save that 
 conversation on without the inbox cancels the run while it still waits for people, in the
 same transaction, so no decision can slip in between; once people decided, the inbox run
 wins and such a save is refused until its outcome is back.
+
+`Conversations` is the aggregate (`Store.conversations`): it writes conversation records and
+entries, and opens, syncs or cancels the linked run through the run's own statements.
 """
 
 from __future__ import annotations
@@ -46,10 +49,13 @@ from ..calls.states import FINAL_RUN_STATUSES, RunStatus
 from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict
 from ..policy.evaluation import Outcome
+from ._base import StoreBase
 from .backend import Backend
+from .backends.database import Database
+from .backends.notify import Notifier
 from .models import ConversationEntryRow, ConversationRecordRow, MessageRow, RunRow, ToolCallRow
 from .paused_runs import PausedRun, insert_paused_run
-from .policy_rules import PolicyEvaluation
+from .policy_evaluation import PolicyEvaluation
 from .run_cancel import cancel_in
 from .run_plan import utcnow
 from .run_sql import Tx
@@ -57,9 +63,9 @@ from .run_sql import Tx
 __all__ = (
     "ConversationChanged",
     "ConversationData",
-    "ConversationOps",
     "ConversationSync",
     "ConversationWrite",
+    "Conversations",
     "EntryData",
     "LinkedRun",
     "RunNews",
@@ -184,8 +190,15 @@ class ConversationSync:
     """The run ended: the conversation no longer follows it."""
 
 
-class ConversationOps(PolicyEvaluation):
-    """Conversations: records, their entries, and the runs they link."""
+class Conversations(StoreBase):
+    """Conversations: records, their entries, and the runs they link.
+
+    Given the store's one `PolicyEvaluation`: the rules decide the calls of a run a save opens.
+    """
+
+    def __init__(self, db: Database, notifier: Notifier | None = None, *, policy: PolicyEvaluation) -> None:
+        super().__init__(db, notifier)
+        self.policy = policy
 
     async def read_conversation(self, conversation_id: str) -> StoredConversation | None:
         async with self.db.read() as session:
@@ -233,7 +246,7 @@ class ConversationOps(PolicyEvaluation):
         """
         opening = write.open_run
         if opening is not None:
-            outcomes = await self.new_run_outcomes(
+            outcomes = await self.policy.new_run_outcomes(
                 opening.agent_name,
                 opening.requests,
                 engine=opening.engine,

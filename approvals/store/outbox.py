@@ -59,6 +59,7 @@ class WebhookCursors:
     """The `webhook_cursors` table's operations, for every channel; each is one short transaction."""
 
     def __init__(self, store: StoreBase, *, lease_seconds: float = 30.0) -> None:
+        """`store`: the aggregate whose transactions the cursors use (the deliverer's is `Store.outbound`)."""
         self.store = store
         self.lease_seconds = lease_seconds
 

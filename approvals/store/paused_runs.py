@@ -4,7 +4,7 @@ A chat app's pydantic-ai run pauses in the app's own process, not in a worker
 (`approvals.engines.pydantic_ai.SQLConversationStore`). It is stored as if a worker had started it
 and paused at once: the same rows, audit events (`run.started`, `call.requested`,
 `run.paused`) and wake-ups as `start_run` followed by `pause`, carried out by the same write
-(`apply_write`), in one transaction.
+(`apply_write`), in one transaction: `Runs.start_paused_run`.
 """
 
 from __future__ import annotations
@@ -12,25 +12,24 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import insert
 
-from ..calls.actors import SYSTEM_ACTOR_ID, Actor
+from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import RunStatus
 from ..calls.tools import DeferredToolRequests
-from ..exceptions import Forbidden, UserError
+from ..exceptions import UserError
 from ..policy.evaluation import NO_RULE, Outcome
 from ..policy.outcomes import decided_details, rule_decision
 from .audit import run_event
 from .models import RunRow
-from .policy_rules import PolicyEvaluation
 from .run_plan import RunEvent, RunWrite, pending_call, utcnow
 from .run_sql import INSERT_MESSAGES, Tx, apply_write
 from .wakeups import PENDING_CHANNEL, READY_CHANNEL, RUNS_CHANNEL
 
-__all__ = ("PausedRun", "PausedRunOps", "insert_paused_run", "paused_write")
+__all__ = ("PausedRun", "insert_paused_run", "paused_write")
 
 INSERT_RUN = insert(RunRow)
 
@@ -57,20 +56,6 @@ class PausedRun:
     """The conversation the run belongs to, if any: the `session` rules and remembered approvals match on."""
     outcomes: Sequence[Outcome] | None = None
     """What the rules decided for each call (`PolicyEvaluation.new_run_outcomes`); None: no rule applies."""
-
-
-class PausedRunOps(PolicyEvaluation):
-    """Starting a run that is paused from its first moment."""
-
-    async def start_paused_run(self, run: PausedRun, *, actor: Actor) -> str:
-        """Store `run` waiting for people, in one transaction; returns its id."""
-        if not actor.can("reviewer"):
-            raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
-        outcomes = await self.new_run_outcomes(
-            run.agent_name, run.requests, engine=run.engine, session=run.session_id or run.run_id, requester=actor.id
-        )
-        run = replace(run, outcomes=outcomes)
-        return await self.run_statements(lambda tx: insert_paused_run(tx, run, actor.id))
 
 
 def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
@@ -116,7 +101,7 @@ def paused_write(
     now: dt.datetime,
     outcomes: Sequence[Outcome] | None = None,
 ) -> RunWrite:
-    """The write of a pause: the calls, their definitions, events and wake-ups (`RunLifecycle.pause` adds the
+    """The write of a pause: the calls, their definitions, events and wake-ups (`Runs.pause` adds the
     step's messages and results).
 
     `outcomes` are what the rules decided for each call (`PolicyEvaluation.pause_outcomes`). A

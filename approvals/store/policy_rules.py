@@ -2,9 +2,8 @@
 
 Every change appends a version (`PolicyRuleRow`) and an audit event (`rule.created`,
 `rule.changed`, `rule.enabled`, `rule.disabled`, `rule.deleted`, `rule.remembered`); nothing
-is updated in place but the note of a condition's last failure. The compiled `RuleSet` is
-kept per process and read again only when the rules' revision (the largest row id) moved,
-so evaluating a call costs one small read and microseconds of CEL.
+is updated in place but the note of a condition's last failure. The compiled rule set in
+force is `policy_evaluation.PolicyEvaluation`'s, shared by every aggregate that decides calls.
 
 Admins manage standing rules. A reviewer makes remembered rules by approving a call
 (`approve_and_remember`) and may remove their own; an admin may edit those too (to widen one).
@@ -13,85 +12,35 @@ Admins manage standing rules. A reviewer makes remembered rules by approving a c
 from __future__ import annotations
 
 import datetime as dt
-import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-from pydantic import ValidationError
-from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..calls.actors import Actor
-from ..calls.tools import DeferredToolRequests
 from ..calls.verdicts import Approve
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, StoredRule
+from ..policy.evaluation import AskedCall, Outcome, RuleSet, StoredRule
 from ..policy.files import RulesDiff, plan_apply
 from ..policy.remember import Remember, remembered_rule
-from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec, rule_problems
+from ..policy.rules import Effect, InvalidRule, Kind, RuleSpec
 from ._base import StoreBase
 from .backend import Transaction
-from .decisions import DecisionOps
-from .models import PolicyRuleRow, RunRow, ToolCallRow, UserRow
-from .queries import Queries
+from .backends.database import Database
+from .backends.notify import Notifier
+from .calls import Calls
+from .models import PolicyRuleRow, RunRow, ToolCallRow
+from .policy_evaluation import PolicyEvaluation, latest_rows, stored_rule
 from .run_plan import utcnow
+from .runs import Runs
 
-__all__ = ("DryRun", "DryRunRow", "PolicyEvaluation", "RuleOps")
+__all__ = ("MAX_DRY_RUN", "DryRun", "DryRunRow", "Rules")
 
-log = logging.getLogger("approvals.policy")
 MAX_DRY_RUN = 1000
-_LATEST = select(func.max(PolicyRuleRow.id)).group_by(PolicyRuleRow.name)
-_REVISION = select(func.max(PolicyRuleRow.id))
-_RUN_FACTS = select(RunRow.engine, RunRow.agent_name, RunRow.session_id, RunRow.started_by).where(
-    RunRow.id == bindparam("run_id")
-)
-
-
-def _stored(row: PolicyRuleRow) -> StoredRule:
-    """A stored version; one that no longer reads as a rule (a CEL release that refuses its condition, a row
-    edited by hand) becomes an `ask` for every call it may match, so it never lets a call through, and says why."""
-    try:
-        spec = RuleSpec.model_validate(row.definition)
-    except ValidationError as exc:
-        reason = f"stored version {row.version} no longer reads as a rule: {'; '.join(rule_problems(exc))}"
-        log.error("rule %s: %s; it asks a person for every call it may match", row.name, reason)
-        raw = row.definition if isinstance(row.definition, dict) else {}
-        spec = RuleSpec.model_construct(
-            name=row.name,
-            effect=Effect.ASK,
-            reason=reason,
-            engine=_patterns_or_any(raw.get("engine")),
-            agent=_patterns_or_any(raw.get("agent")),
-            tool=_patterns_or_any(raw.get("tool")),
-        )
-        return replace(_stored_as(row, spec), last_error=reason)
-    return _stored_as(row, spec)
-
-
-def _patterns_or_any(value: Any) -> list[str]:
-    if isinstance(value, str) and value:
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(item, str) and item for item in value):
-        return value
-    return ["*"]
-
-
-def _stored_as(row: PolicyRuleRow, spec: RuleSpec) -> StoredRule:
-    return StoredRule(
-        spec=spec,
-        version=row.version,
-        kind=Kind(row.kind),
-        author=row.author,
-        created_at=row.created_at,
-        author_groups=frozenset(row.author_groups or ()),
-        deleted=row.deleted,
-        last_error=row.last_error,
-        last_error_at=row.last_error_at,
-        id=row.id,
-    )
 
 
 @dataclass(frozen=True)
@@ -126,143 +75,38 @@ class DryRun:
         return sum(1 for row in self.rows if row.rule.failures)
 
 
-class PolicyEvaluation(StoreBase):
-    """The rules in force, per process, and what they decide for a requested call."""
+class Rules(StoreBase):
+    """Writing and reading standing rules, remembering approvals, trying a rule on past calls.
 
-    _rule_set: RuleSet | None = None
-    _noted_failures: set[tuple[str, int]] | None = None
+    Given the store's one `PolicyEvaluation` (a dry run tries a rule beside those in force), and
+    the runs and calls aggregates whose call an approve-and-remember approves.
+    """
 
-    async def rules_in_force(self, session: AsyncSession | None = None) -> RuleSet:
-        """The compiled rules, read and compiled again only when they changed since the last look.
-
-        `session`: a read the caller has open already, so the look costs no connection of its own.
-        """
-        if session is None:
-            async with self.db.read() as own:
-                return await self.rules_in_force(own)
-        revision = (await session.scalar(_REVISION)) or 0
-        current = self._rule_set
-        if current is not None and current.revision == revision:
-            return current
-        rows = (await session.scalars(_latest_rows())).all()
-        rule_set = RuleSet([_stored(row) for row in rows if not row.deleted], revision)
-        self._rule_set = rule_set
-        return rule_set
-
-    async def evaluate_policy(self, call: AskedCall, rule_set: RuleSet | None = None) -> Outcome:
-        """What the rules in force (or `rule_set`, read already) decide for `call`; a condition's failure is
-        noted on its rule, once."""
-        rule_set = rule_set if rule_set is not None else await self.rules_in_force()
-        if not len(rule_set):
-            return NO_RULE
-        outcome = await _decided(rule_set, call)
-        if outcome.failures:
-            await self._note_failures(outcome.failures)
-        return outcome
-
-    async def held_rules(self) -> RuleSet:
-        """The rules this process holds, read only the first time: a pause checks their revision in its write."""
-        return self._rule_set if self._rule_set is not None else await self.rules_in_force()
-
-    async def pause_outcomes(
-        self, run_id: str, requests: DeferredToolRequests, rule_set: RuleSet | None = None
-    ) -> list[Outcome] | None:
-        """What the rules (those in force, or `rule_set`) decide for the calls a run pauses on; None: no rules."""
-        rule_set = rule_set if rule_set is not None else await self.rules_in_force()
-        if not len(rule_set):
-            return None
-        async with self.db.read() as session:
-            run = (await session.execute(_RUN_FACTS, {"run_id": run_id})).one_or_none()
-        if run is None:
-            return None  # the write that follows says what became of the run
-        return await self._decide_each(
-            rule_set,
-            requests,
-            engine=run.engine,
-            agent=run.agent_name,
-            session=run.session_id or run_id,
-            requester=run.started_by,
-        )
-
-    async def new_run_outcomes(
-        self, agent_name: str, requests: DeferredToolRequests, *, engine: str, session: str, requester: str | None
-    ) -> list[Outcome] | None:
-        """What the rules decide for the calls of a run stored already paused; None when there are no rules."""
-        rule_set = await self.rules_in_force()
-        if not len(rule_set):
-            return None
-        return await self._decide_each(
-            rule_set, requests, engine=engine, agent=agent_name, session=session, requester=requester
-        )
-
-    async def _decide_each(
-        self,
-        rule_set: RuleSet,
-        requests: DeferredToolRequests,
-        *,
-        engine: str,
-        agent: str,
-        session: str,
-        requester: str | None,
-    ) -> list[Outcome]:
-        now = utcnow()
-        outcomes = []
-        for request in requests.approvals:
-            outcome = await _decided(
-                rule_set,
-                AskedCall(
-                    engine=engine,
-                    agent=agent,
-                    tool=request.tool_name,
-                    session=session,
-                    args=request.args,
-                    requester=requester,
-                    now=now,
-                    approvals_required=request.approvals_required,
-                ),
-            )
-            if outcome.failures:
-                await self._note_failures(outcome.failures)
-            outcomes.append(outcome)
-        return outcomes
-
-    async def _note_failures(self, failures: Sequence[Failure]) -> None:
-        """Log a rule's failed condition and show it on the rule: once per rule version and process."""
-        noted = self._noted_failures if self._noted_failures is not None else set()
-        self._noted_failures = noted
-        for failure in failures:
-            if (failure.rule, failure.version) in noted:
-                continue
-            noted.add((failure.rule, failure.version))
-            log.warning("rule %s (version %s) failed: %s", failure.rule, failure.version, failure.message)
-            async with self.db.write() as session:
-                await session.execute(
-                    update(PolicyRuleRow)
-                    .where(PolicyRuleRow.name == failure.rule, PolicyRuleRow.version == failure.version)
-                    .values(last_error=failure.message, last_error_at=utcnow())
-                )
-
-
-class RuleOps(PolicyEvaluation, DecisionOps, Queries):
-    """Writing and reading standing rules, remembering approvals, trying a rule on past calls."""
+    def __init__(
+        self, db: Database, notifier: Notifier | None = None, *, policy: PolicyEvaluation, runs: Runs, calls: Calls
+    ) -> None:
+        super().__init__(db, notifier)
+        self.policy = policy
+        self._runs = runs
+        self._calls = calls
 
     # -- reading --------------------------------------------------------------------------------
 
     async def list_rules(self, *, kind: Kind | None = None) -> list[StoredRule]:
         """The current version of every rule not removed, by name."""
-        query = _latest_rows().where(PolicyRuleRow.deleted.is_(False)).order_by(PolicyRuleRow.name)
+        query = latest_rows().where(PolicyRuleRow.deleted.is_(False)).order_by(PolicyRuleRow.name)
         if kind is not None:
             query = query.where(PolicyRuleRow.kind == kind)
         async with self.db.read() as session:
-            return [_stored(row) for row in (await session.scalars(query)).all()]
+            return [stored_rule(row) for row in (await session.scalars(query)).all()]
 
     async def get_rule(self, name: str) -> StoredRule:
         """A rule's current version (a removed rule's too: its last version says it was removed)."""
         async with self.db.read() as session:
-            row = await session.scalar(_latest_rows().where(PolicyRuleRow.name == name))
+            row = await session.scalar(latest_rows().where(PolicyRuleRow.name == name))
         if row is None:
             raise NotFound(f"No rule {name!r}")
-        return _stored(row)
+        return stored_rule(row)
 
     async def rule_versions(self, name: str) -> list[StoredRule]:
         """Every version of a rule, newest first."""
@@ -271,13 +115,17 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
             rows = (await session.scalars(query)).all()
         if not rows:
             raise NotFound(f"No rule {name!r}")
-        return [_stored(row) for row in rows]
+        return [stored_rule(row) for row in rows]
 
-    async def group_names(self) -> set[str]:
-        """Every group some enabled user belongs to."""
+    async def remembered_rule_versions(self, names: Collection[str]) -> frozenset[tuple[str, int]]:
+        """Which versions of these rules a reviewer's approve-and-remember made: pages say "remembered" of them."""
+        if not names:
+            return frozenset()
+        query = select(PolicyRuleRow.name, PolicyRuleRow.version).where(
+            PolicyRuleRow.name.in_(sorted(set(names))), PolicyRuleRow.kind == Kind.REMEMBERED
+        )
         async with self.db.read() as session:
-            rows = (await session.scalars(select(UserRow.groups).where(UserRow.disabled.is_(False)))).all()
-        return {group for groups in rows for group in (groups or ())}
+            return frozenset((name, version) for name, version in await session.execute(query))
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -352,9 +200,9 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
         problems = remember.problems()
         if problems:
             raise UserError("Cannot remember: " + "; ".join(problems))
-        call = await self.get_call(call_id)
-        run = await self.get_run(call.run_id)
-        options = (await self.review_facts([call_id]))[call_id].options(actor, call)
+        call = await self._calls.get_call(call_id)
+        run = await self._runs.get_run(call.run_id)
+        options = (await self._calls.review_facts([call_id]))[call_id].options(actor, call)
         if not options.may_approve:
             raise Forbidden(options.why_not_approve or "You may not approve this call")
         if call.approvals_required > 1:
@@ -374,7 +222,7 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
             )
         except ValueError as exc:  # pydantic's error for a bad condition
             raise UserError(f"Cannot remember: {exc}") from None
-        decided = await self.decide(call_id, Approve(args_digest=args_digest), actor=actor)
+        decided = await self._calls.decide(call_id, Approve(args_digest=args_digest), actor=actor)
         async with self.transaction() as tx:
             rule = await _save(tx, spec, actor, kind=Kind.REMEMBERED, action="rule.remembered", call_id=call_id)
         return decided, rule
@@ -387,7 +235,7 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
             raise UserError(f"A dry run looks at 1 to {MAX_DRY_RUN} calls")
         proposed = StoredRule(spec=spec, version=0, kind=kind, author="", created_at=utcnow())
         alone = RuleSet([proposed], give_up_over_budget=True)  # a condition over its budget once is not tried again
-        in_force = await self.rules_in_force()
+        in_force = await self.policy.rules_in_force()
         others = (rule for rule in in_force.rules if rule.name != spec.name)
         together = RuleSet([*others, proposed], give_up_over_budget=True)
         query = (
@@ -405,13 +253,6 @@ class RuleOps(PolicyEvaluation, DecisionOps, Queries):
         if alone.any_worker or together.any_worker:  # conditions that may wait for the worker process
             return DryRun(await anyio.to_thread.run_sync(decide_each))
         return DryRun(decide_each())
-
-
-async def _decided(rule_set: RuleSet, call: AskedCall) -> Outcome:
-    """`rule_set.decide(call)`, in a thread when a condition may run in the worker process: the loop never waits."""
-    if rule_set.needs_worker(call):
-        return await anyio.to_thread.run_sync(rule_set.decide, call)
-    return rule_set.decide(call)
 
 
 def _dry_run_row(
@@ -442,25 +283,21 @@ def _dry_run_row(
     )
 
 
-def _latest_rows() -> Select[PolicyRuleRow]:
-    return select(PolicyRuleRow).where(PolicyRuleRow.id.in_(_LATEST))
-
-
 def _require_admin(actor: Actor, what: str) -> None:
     if not actor.can("admin"):
         raise Forbidden(f"{actor.id!r} ({actor.role}) may not {what}: that takes the admin role")
 
 
 async def _current(session: AsyncSession, name: str) -> StoredRule:
-    row = await session.scalar(_latest_rows().where(PolicyRuleRow.name == name))
+    row = await session.scalar(latest_rows().where(PolicyRuleRow.name == name))
     if row is None or row.deleted:
         raise NotFound(f"No rule {name!r}")
-    return _stored(row)
+    return stored_rule(row)
 
 
 async def _current_rules(session: AsyncSession) -> list[StoredRule]:
-    rows = (await session.scalars(_latest_rows().where(PolicyRuleRow.deleted.is_(False)))).all()
-    return [_stored(row) for row in rows]
+    rows = (await session.scalars(latest_rows().where(PolicyRuleRow.deleted.is_(False)))).all()
+    return [stored_rule(row) for row in rows]
 
 
 async def _save(
@@ -476,12 +313,12 @@ async def _save(
 ) -> StoredRule:
     """Append a version of `spec` (unless it is the current one unchanged) and audit it."""
     session = tx.session
-    latest = await session.scalar(_latest_rows().where(PolicyRuleRow.name == spec.name).with_for_update())
+    latest = await session.scalar(latest_rows().where(PolicyRuleRow.name == spec.name).with_for_update())
     if expected_version is not None and (latest.version if latest else 0) != expected_version:
         now_at = latest.version if latest else 0
         raise Conflict(f"Rule {spec.name!r} is at version {now_at}, not {expected_version}: someone saved it since")
     if latest is not None and not latest.deleted:
-        previous = _stored(latest)
+        previous = stored_rule(latest)
         if kind is None:
             kind = previous.kind
         if previous.spec == spec and not deleted:
@@ -511,4 +348,4 @@ async def _save(
     if call_id is not None:
         details["call_id"] = call_id
     tx.audit(actor.id, action, "rule", spec.name, details=details, at=now)
-    return _stored(row)
+    return stored_rule(row)

@@ -1,4 +1,4 @@
-"""Reads: a run's history, its calls, the inbox of pending calls and the audit log.
+"""Reads of calls (`CallReads`, the calls aggregate's), and the keyset pages every list of the store uses.
 
 Lists use keyset pagination (`after` the last row's sort key), so page 1,000 costs what
 page 1 costs. Cursors are opaque strings. The inbox's "for me" view (`approvable_by`) is
@@ -20,19 +20,12 @@ from sqlalchemy import ColumnElement, String, and_, cast, exists, false, func, o
 
 from ..calls.actors import Actor
 from ..calls.options import CallOptions, call_options, reviewer_refusal
-from ..calls.stored_history import load_stored_history
 from ..calls.tools import ToolDefinition
 from ..exceptions import NotFound, UserError
-from ..policy.rules import Kind
 from ._base import StoreBase
-from .audit import AuditVerification, verify_audit_chain
 from .models import (
     STANDING,
-    STORED_TEXT,
-    AuditEventRow,
     DecisionRow,
-    MessageRow,
-    PolicyRuleRow,
     RunRow,
     ToolCallRow,
     ToolDefinitionRow,
@@ -41,6 +34,7 @@ from .run_plan import tool_definition_from_row
 
 T = TypeVar("T")
 MAX_PAGE = 500
+"""The longest page a list returns."""
 
 
 @dataclass(frozen=True)
@@ -110,25 +104,8 @@ def _cursor_value(value: Any, kind: type) -> Any:
     return value
 
 
-class Queries(StoreBase):
-    """Read-only operations."""
-
-    async def load_history(self, run_id: str) -> list[Any]:
-        """A run's whole message history, in order."""
-        async with self.db.read() as session:
-            rows = await session.execute(
-                select(STORED_TEXT, MessageRow.format_version)
-                .where(MessageRow.run_id == run_id)
-                .order_by(MessageRow.seq)
-            )
-            return load_stored_history((data, version) for data, version in rows)
-
-    async def get_run(self, run_id: str) -> RunRow:
-        async with self.db.read() as session:
-            run = await session.get(RunRow, run_id)
-            if run is None:
-                raise NotFound(f"No run {run_id!r}")
-            return run
+class CallReads(StoreBase):
+    """Reads of calls: one, a run's, the inbox's pages and counts, their decisions and a reviewer's options."""
 
     async def get_call(self, call_id: str) -> ToolCallRow:
         async with self.db.read() as session:
@@ -193,16 +170,6 @@ class Queries(StoreBase):
             for call_id, starter in started_by.items()
         }
 
-    async def remembered_rule_versions(self, names: Collection[str]) -> frozenset[tuple[str, int]]:
-        """Which versions of these rules a reviewer's approve-and-remember made: pages say "remembered" of them."""
-        if not names:
-            return frozenset()
-        query = select(PolicyRuleRow.name, PolicyRuleRow.version).where(
-            PolicyRuleRow.name.in_(sorted(set(names))), PolicyRuleRow.kind == Kind.REMEMBERED
-        )
-        async with self.db.read() as session:
-            return frozenset((name, version) for name, version in await session.execute(query))
-
     async def tool_definition(self, version: str) -> ToolDefinition:
         async with self.db.read() as session:
             row = await session.get(ToolDefinitionRow, version)
@@ -243,7 +210,7 @@ class Queries(StoreBase):
             query = query.where(tuple_(ToolCallRow.created_at, ToolCallRow.id) > tuple_(created_at, call_id))
         async with self.db.read() as session:
             rows = list((await session.scalars(query)).all())
-        return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
+        return page_of(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
     async def count_calls_by_status(
         self, *, agent_name: str | None = None, tool_name: str | None = None, approvable_by: Actor | None = None
@@ -289,75 +256,8 @@ class Queries(StoreBase):
         """
         return self.backend.routed_to(ToolCallRow.approver_groups, groups)
 
-    async def list_runs(
-        self, *, status: str | None = None, agent_name: str | None = None, after: str | None = None, limit: int = 50
-    ) -> Page[RunRow]:
-        """Runs, newest first."""
-        limit = max(1, min(limit, MAX_PAGE))
-        query = select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit + 1)
-        if status:
-            query = query.where(RunRow.status == status)
-        if agent_name:
-            query = query.where(RunRow.agent_name == agent_name)
-        if after:
-            created_at, run_id = decode_cursor(after, [dt.datetime, str])
-            query = query.where(tuple_(RunRow.created_at, RunRow.id) < tuple_(created_at, run_id))
-        async with self.db.read() as session:
-            rows = list((await session.scalars(query)).all())
-        return _page(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
-    async def audit_events(
-        self,
-        *,
-        since: dt.datetime | None = None,
-        until: dt.datetime | None = None,
-        actor: str | None = None,
-        action: str | None = None,
-        agent_name: str | None = None,
-        tool_name: str | None = None,
-        run_id: str | None = None,
-        subject_id: str | None = None,
-        after: str | None = None,
-        limit: int = 100,
-        newest_first: bool = True,
-    ) -> Page[AuditEventRow]:
-        """Audit events matching every given filter."""
-        limit = max(1, min(limit, 10_000))
-        order = AuditEventRow.id.desc() if newest_first else AuditEventRow.id
-        query = select(AuditEventRow).order_by(order).limit(limit + 1)
-        for column, value in (
-            (AuditEventRow.actor, actor),
-            (AuditEventRow.action, action),
-            (AuditEventRow.agent_name, agent_name),
-            (AuditEventRow.tool_name, tool_name),
-            (AuditEventRow.run_id, run_id),
-            (AuditEventRow.subject_id, subject_id),
-        ):
-            if value:
-                query = query.where(column == value)
-        if since:
-            query = query.where(AuditEventRow.at >= since)
-        if until:
-            query = query.where(AuditEventRow.at < until)
-        if after:
-            (last_id,) = decode_cursor(after, [int])
-            query = query.where(AuditEventRow.id < last_id if newest_first else AuditEventRow.id > last_id)
-        async with self.db.read() as session:
-            rows = list((await session.scalars(query)).all())
-        return _page(rows, limit, lambda r: encode_cursor(r.id))
-
-    async def last_audit_event_id(self) -> int:
-        """The id of the newest audit event; 0 while the log is empty."""
-        async with self.db.read() as session:
-            return await session.scalar(select(func.max(AuditEventRow.id))) or 0
-
-    async def verify_audit(self) -> AuditVerification:
-        """Check the audit log's hash chain end to end."""
-        async with self.db.read() as session:
-            return await verify_audit_chain(session)
-
-
-def _page(rows: list[T], limit: int, cursor_of: Any) -> Page[T]:
+def page_of(rows: list[T], limit: int, cursor_of: Any) -> Page[T]:
     if len(rows) > limit:
         return Page(items=rows[:limit], next_cursor=cursor_of(rows[limit - 1]))
     return Page(items=rows, next_cursor=None)

@@ -1,7 +1,7 @@
 """Bearer tokens verified a moment ago, so each API request need not ask the database who it is.
 
 Looking a token up costs every API request a round trip (on SQLite a thread hop too), more
-than the rest of authenticating it. `Store.token_actor` keeps the actor a token stood for,
+than the rest of authenticating it. `store.people.token_actor` keeps the actor a token stood for,
 keyed by the token's hash (never its plaintext), for `TOKEN_CACHE_SECONDS`.
 
 The staleness bound, the one rule: a change made through this process's store (revoking a

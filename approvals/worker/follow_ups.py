@@ -3,7 +3,7 @@
 Every `interval` seconds (and once at start) it asks the database for pending calls that
 may be due (expiring within the longest `remind_before` in use; asked at least the shortest
 `escalate_after` ago), works out each call's own times from its rule (`follow_up_plan`), and
-makes those due (`Store.follow_up`: once per call and step, whichever process gets there
+makes those due (`store.outbound.follow_up`: once per call and step, whichever process gets there
 first). Any number of processes may scan the same database; one that stopped is made up for
 by the next scan of any process, so a step is late by at most an interval, never lost or doubled.
 
@@ -113,18 +113,18 @@ class Plans:
 async def scan_follow_ups(store: Store, plans: Plans, *, now: dt.datetime | None = None) -> FollowUpScan:
     """Make every reminder and escalation due at `now` (default: the current time)."""
     now = now or dt.datetime.now(dt.UTC)
-    plans.update(await store.follow_up_rules())
+    plans.update(await store.outbound.follow_up_rules())
     return FollowUpScan(reminded=await _remind(store, plans, now), escalated=await _escalate(store, plans, now))
 
 
 async def _remind(store: Store, plans: Plans, now: dt.datetime) -> list[str]:
     if plans.remind_horizon is None:
         return []
-    found = await store.due_reminders(now=now, horizon=plans.remind_horizon, rules=plans.reminding_rules)
+    found = await store.outbound.due_reminders(now=now, horizon=plans.remind_horizon, rules=plans.reminding_rules)
     reminded = []
     for call in await _with_their_rules(store, plans, found):
         due = plans.for_call(call).remind_at(call.created_at, call.expires_at)
-        if due is not None and due <= now and await store.follow_up(call.id, Step.REMIND, due_at=due):
+        if due is not None and due <= now and await store.outbound.follow_up(call.id, Step.REMIND, due_at=due):
             reminded.append(call.id)
     return reminded
 
@@ -132,14 +132,14 @@ async def _remind(store: Store, plans: Plans, now: dt.datetime) -> list[str]:
 async def _escalate(store: Store, plans: Plans, now: dt.datetime) -> list[str]:
     if plans.shortest_escalation is None:
         return []
-    found = await store.due_escalations(now=now, after=plans.shortest_escalation, rules=plans.escalating_rules)
+    found = await store.outbound.due_escalations(now=now, after=plans.shortest_escalation, rules=plans.escalating_rules)
     escalated = []
     for call in await _with_their_rules(store, plans, found):
         plan = plans.for_call(call)
         due = plan.escalate_at(call.created_at)
         if due is None or due > now:
             continue
-        if await store.follow_up(call.id, Step.ESCALATE, due_at=due, groups=plan.escalate_to):
+        if await store.outbound.follow_up(call.id, Step.ESCALATE, due_at=due, groups=plan.escalate_to):
             escalated.append(call.id)
     return escalated
 
@@ -148,7 +148,7 @@ async def _with_their_rules(store: Store, plans: Plans, calls: list[OpenCall]) -
     """`calls`, once `plans` knows their rules: a call asked under a rule saved after the scan read the rules
     makes it read them again, so it never gets the defaults its rule overrides."""
     if plans.unknown(calls):
-        plans.update(await store.follow_up_rules())
+        plans.update(await store.outbound.follow_up_rules())
     return calls
 
 

@@ -1,7 +1,7 @@
 """The histories of runs a worker paused, so resuming one reads and counts only what is new.
 
 A run's history is append-only, so the messages a worker holds of it never go stale: a
-claim told how many it holds (`Store.claim(known=...)`) sends only those after them. The
+claim told how many it holds (`store.runs.claim(known=...)`) sends only those after them. The
 worker holds the history's tally too (`approvals.engines.seam.Tally`, made by its engine: our
 agent's usage and tool call ids), and counts only the new messages into it. With one worker
 per run for most of its life, a resume then costs the same at any history length.
@@ -30,7 +30,7 @@ class HistoryCache:
         self._runs: OrderedDict[str, tuple[list[Message], Tally]] = OrderedDict()
 
     def known(self) -> dict[str, int]:
-        """How many messages of which runs this process holds, for `Store.claim`."""
+        """How many messages of which runs this process holds, for `store.runs.claim`."""
         return {run_id: totals.count for run_id, (_, totals) in self._runs.items()}
 
     def take(self, run_id: str, history_from: int, newer: Sequence[Message]) -> tuple[list[Message], Tally] | None:

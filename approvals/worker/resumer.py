@@ -286,7 +286,7 @@ class Resumer:
 
     async def claim(self, run_id: str | None = None) -> ClaimedRun | None:
         """Lease one ready run of this registry's agents (`run_id`, or the oldest); None when none is ready."""
-        return await self.store.claim(
+        return await self.store.runs.claim(
             self.worker_id,
             lease_seconds=self.lease_seconds,
             run_id=run_id,
@@ -325,7 +325,7 @@ class Resumer:
         while True:
             await anyio.sleep(self.lease_seconds / 3 if not outage.ongoing else min(1.0, self.lease_seconds / 10))
             try:
-                await self.store.renew_lease(run_id, self.worker_id, lease_seconds=self.lease_seconds)
+                await self.store.runs.renew_lease(run_id, self.worker_id, lease_seconds=self.lease_seconds)
             except LeaseLost:
                 raise
             except Exception as exc:
@@ -366,7 +366,7 @@ class Resumer:
                 raise LeaseLost(f"the database stayed unreachable until the lease on run {run_id} ran out")
             await anyio.sleep(delay)
             try:
-                run = await self.store.get_run(run_id)
+                run = await self.store.runs.get_run(run_id)
                 done = await landed(run)
             except Exception as exc:
                 if not is_transient(exc):
@@ -390,7 +390,7 @@ class Resumer:
         elif claimed.history_from == 0:
             history = list(claimed.history)
         else:
-            history = await self.store.load_history(run_id)
+            history = await self.store.runs.load_history(run_id)
         tracing.waited(history)
         stored = _StoredRun(self, claimed, lease, stored_messages=len(history))
         try:
@@ -483,11 +483,13 @@ class _StoredRun:
         if fresh:
 
             async def landed(run: RunRow) -> bool:
-                calls = {c.tool_call_id: c.status for c in await self._store.run_calls(self._run_id)}
+                calls = {c.tool_call_id: c.status for c in await self._store.calls.run_calls(self._run_id)}
                 return all(calls.get(call_id) == CallStatus.EXECUTING for call_id in fresh)
 
             await self._write(
-                "marking calls executing", lambda: self._store.mark_executing(self._run_id, self._worker, fresh), landed
+                "marking calls executing",
+                lambda: self._store.runs.mark_executing(self._run_id, self._worker, fresh),
+                landed,
             )
         self._started.update(tool_call_ids)
         self._executing.update(tool_call_ids)
@@ -497,7 +499,7 @@ class _StoredRun:
         results = self._outcomes(messages)
         await self._write(
             "storing a step",
-            lambda: self._store.append_step(
+            lambda: self._store.runs.append_step(
                 self._run_id, self._worker, messages, lease_seconds=self._resumer.lease_seconds, results=results
             ),
             self._grown_by(len(messages), RunStatus.RESUMING),
@@ -509,7 +511,7 @@ class _StoredRun:
         results = self._outcomes(remaining)
         await self._write(
             "pausing it",
-            lambda: self._store.pause(self._run_id, self._worker, remaining, requests, results=results),
+            lambda: self._store.runs.pause(self._run_id, self._worker, remaining, requests, results=results),
             self._grown_by(len(remaining), RunStatus.AWAITING_APPROVAL, RunStatus.READY),
         )
 
@@ -517,7 +519,7 @@ class _StoredRun:
         results = self._outcomes(remaining)
         await self._write(
             "recording that it completed",
-            lambda: self._store.finish(self._run_id, self._worker, remaining, output=output, results=results),
+            lambda: self._store.runs.finish(self._run_id, self._worker, remaining, output=output, results=results),
             self._grown_by(len(remaining), RunStatus.COMPLETED),
         )
 
@@ -526,7 +528,7 @@ class _StoredRun:
         unstarted = self._claimed.executing - self._started
         await self._write(
             "recording that it failed",
-            lambda: self._store.finish(
+            lambda: self._store.runs.finish(
                 self._run_id, self._worker, [], error=error, failed_tool_call_id=failed_tool_call_id, released=unstarted
             ),
             self._grown_by(0, RunStatus.FAILED),
@@ -616,7 +618,7 @@ async def run_worker(
 async def _idle_wait(store: Store, registry: AgentRegistry, poll_interval: float) -> float:
     """Seconds to wait for a wake-up: until the soonest lease runs out, at most `poll_interval`."""
     try:
-        ends = await store.next_lease_end(registry.names)
+        ends = await store.runs.next_lease_end(registry.names)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -648,7 +650,7 @@ async def _expire_until_stopped(store: Store, seconds: float, stop: anyio.Event,
     outage = Outage("expiring calls past their deadline", logger)
     while not stop.is_set():
         try:
-            await store.expire()
+            await store.calls.expire()
         except Exception as exc:
             health.outage = True
             await _sleep_unless_stopped(outage.failed(describe(exc)), stop)

@@ -47,7 +47,7 @@ def mailing(server: LiveServer, smtp: SmtpServer) -> Iterator[None]:
             deliver_outbound(store, outbound, stop, backoff=0.05, poll_interval=0.2)
         )
         with anyio.fail_after(10):
-            while await WebhookCursors(store).get("email") is None:  # following the log from here on
+            while await WebhookCursors(store.outbound).get("email") is None:  # following the log from here on
                 await anyio.sleep(0.05)
         return stop, task
 
@@ -63,7 +63,7 @@ def mailing(server: LiveServer, smtp: SmtpServer) -> Iterator[None]:
 def test_a_reviewer_denies_a_call_from_the_link_in_a_mail(
     server: LiveServer, smtp: SmtpServer, mailing: None, page: Page
 ) -> None:
-    server.call(server.store.set_user_contact("alice", actor=SYSTEM, email="alice@example.com"))
+    server.call(server.store.people.set_user_contact("alice", actor=SYSTEM, email="alice@example.com"))
     run_id = server.start_run("mailer", "Write to Ann.")
     [mail] = smtp.wait_for(1, seconds=20)
     assert mail.recipients == ["alice@example.com"] and mail.subject == "Approval needed: send_email (mailer)"
@@ -80,10 +80,10 @@ def test_a_reviewer_denies_a_call_from_the_link_in_a_mail(
     expect(page.get_by_role("heading", name="Denied")).to_be_visible()
     expect(page.get_by_role("status")).to_contain_text(REASON)
 
-    [call] = server.call(server.store.run_calls(run_id))
+    [call] = server.call(server.store.calls.run_calls(run_id))
     assert (call.status, call.decided_by, call.denial_reason) == ("denied", "alice", REASON)
     deadline = time.monotonic() + 20
-    while (run := server.call(server.store.get_run(run_id))).status != "completed":  # the worker resumes it
+    while (run := server.call(server.store.runs.get_run(run_id))).status != "completed":  # the worker resumes it
         assert time.monotonic() < deadline, run.status
         time.sleep(0.1)
     assert REASON in (run.output or "")

@@ -37,7 +37,7 @@ def attacker_site() -> Iterator[tuple[str, dict[str, str]]]:
             """Quiet."""
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", pages
@@ -52,7 +52,7 @@ def test_a_page_elsewhere_cannot_frame_a_call_and_click_approve(
     site, pages = attacker_site
     run_id = server.start_run("support", PROMPT)
     server.call(_until_paused(server, run_id))
-    refund = next(c for c in server.call(server.store.run_calls(run_id)) if c.tool_name == "refund")
+    refund = next(c for c in server.call(server.store.calls.run_calls(run_id)) if c.tool_name == "refund")
     server.login(page, "alice")  # the reviewer is logged in, in this browser
 
     pages["/prize"] = f"""<!doctype html><title>Win a prize</title>
@@ -68,12 +68,12 @@ def test_a_page_elsewhere_cannot_frame_a_call_and_click_approve(
         page.wait_for_timeout(1500)
     frame = next(f for f in page.frames if f.parent_frame is not None)
     assert not frame.url.startswith(server.url) or framed.count() == 0, "the call page rendered inside the frame"
-    status = server.call(server.store.get_call(refund.id)).status
+    status = server.call(server.store.calls.get_call(refund.id)).status
     assert status == "pending", f"a click in a frame on another site decided the call: {status}"
 
 
 async def _until_paused(server: LiveServer, run_id: str) -> None:
     async def paused() -> bool:
-        return (await server.store.get_run(run_id)).status == "awaiting_approval"
+        return (await server.store.runs.get_run(run_id)).status == "awaiting_approval"
 
     await eventually(paused, f"run {run_id} to pause", seconds=30, interval=0.05)

@@ -73,7 +73,9 @@ def _assert_within_reach(control: Locator) -> None:
 
 
 def test_a_reviewer_decides_calls_on_a_phone(server: LiveServer, phone: Page, screenshots: Path) -> None:
-    token = server.call(server.store.create_token("release", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    token = server.call(
+        server.store.people.create_token("release", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+    )
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as gate:
         announce = _ask(gate, "post_announcement", {"channel": "#releases", "message": LONG_MESSAGE}, "announce")
         approve_id = _ask(gate, "deploy", {"service": "billing", "version": "4.2.0"}, "deploy")
@@ -113,9 +115,9 @@ def test_a_reviewer_decides_calls_on_a_phone(server: LiveServer, phone: Page, sc
     assert denying.value.ok and "by alice" in denying.value.text()
     expect(approve_row.filter(has_text="pending")).to_have_count(0)  # decided, whether shown so or dropped
     _assert_fits(phone)
-    approved = server.call(server.store.get_call(approve_id))
+    approved = server.call(server.store.calls.get_call(approve_id))
     assert (approved.status, approved.verdict, approved.decided_by) == ("approved", "approve", "alice")
-    denied = server.call(server.store.get_call(deny_id))
+    denied = server.call(server.store.calls.get_call(deny_id))
     assert (denied.status, denied.decided_by) == ("denied", "alice")
     assert denied.denial_reason == "Keep the 2019 invoices: the auditors need them."
 

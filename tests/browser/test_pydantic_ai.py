@@ -15,7 +15,7 @@ from ..live_server import LiveServer
 
 
 def test_a_pydantic_ai_run_is_edited_approved_and_denied_in_the_browser(server: LiveServer, page: Page) -> None:
-    token = server.call(server.store.create_token("chat-app", role="reviewer", actor=SYSTEM, user="bob"))
+    token = server.call(server.store.people.create_token("chat-app", role="reviewer", actor=SYSTEM, user="bob"))
     response = httpx.post(
         f"{server.url}/api/runs",
         json={"agent": "pai-helpdesk", "prompt": "Ann's machine broke.", "deps": {"log": str(server.tool_log)}},

@@ -43,7 +43,7 @@ def real_server(llm_server: LocalModelServer, db_url: str, tmp_path: Path) -> It
 def settled(server: LiveServer, run_id: str, statuses: tuple[str, ...], *, seconds: float = 180) -> RunRow:
     """The run once its status is one of `statuses`; a timeout says where it stood (status, error, lease)."""
     deadline = time.monotonic() + seconds
-    while (run := server.call(server.store.get_run(run_id))).status not in statuses:
+    while (run := server.call(server.store.runs.get_run(run_id))).status not in statuses:
         assert time.monotonic() < deadline, (
             f"run {run_id} still {run.status} after {seconds} s (error {run.error!r}, "
             f"lease {run.lease_owner} until {run.lease_expires_at}); the model server's log: {server_log_tail()}"
@@ -62,7 +62,7 @@ def test_a_pydantic_ai_agent_on_the_real_model_is_approved_edited_and_denied_in_
 ) -> None:
     """One run at a time: llama-cpp-python's server answers one request at a time anyway."""
     server = real_server
-    token = server.call(server.store.create_token("shop-backend", role="reviewer", actor=SYSTEM, user="bob"))
+    token = server.call(server.store.people.create_token("shop-backend", role="reviewer", actor=SYSTEM, user="bob"))
     server.login(page, "alice")
     for verdict in ("approve", "edit", "deny"):
         started = httpx.post(
@@ -77,7 +77,7 @@ def test_a_pydantic_ai_agent_on_the_real_model_is_approved_edited_and_denied_in_
 
         page.goto(f"{server.url}/?run={run_id}")
         expect(page.locator("tr[data-call]", has_text="refund").first).to_be_visible()
-        (call,) = server.call(server.store.run_calls(run_id))
+        (call,) = server.call(server.store.calls.run_calls(run_id))
         page.goto(f"{server.url}/calls/{call.id}")
         refund = page.locator(".slot.current article.call-card")
         expect(refund.locator("h2")).to_have_text("refund")
@@ -101,6 +101,6 @@ def test_a_pydantic_ai_agent_on_the_real_model_is_approved_edited_and_denied_in_
         page.goto(f"{server.url}/runs/{run_id}")
         expect(page.locator("#run h1 .badge")).to_have_text("completed")
         expect(page.locator("ol.timeline .entry.text").last).not_to_be_empty()
-        (call,) = server.call(server.store.run_calls(run_id))
+        (call,) = server.call(server.store.calls.run_calls(run_id))
         assert call.status == {"approve": "succeeded", "edit": "succeeded", "deny": "denied"}[verdict]
     assert ("A-1", 20.0) in REFUNDS and len(REFUNDS) == 2  # the approved and the edited refund, once each

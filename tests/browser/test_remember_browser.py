@@ -54,9 +54,9 @@ def _routing_rule(server: LiveServer) -> str:
         {"name": "refunds-need-finance", "tool": "refund", "when": "args.amount >= 50", "effect": "ask",
          "groups": ["finance"]}
     )  # fmt: skip
-    server.call(server.store.save_rule(rule, actor=SYSTEM))
-    server.call(server.store.set_user_groups("alice", ["finance"], actor=SYSTEM))
-    return server.call(server.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    server.call(server.store.rules.save_rule(rule, actor=SYSTEM))
+    server.call(server.store.people.set_user_groups("alice", ["finance"], actor=SYSTEM))
+    return server.call(server.store.people.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
 
 
 def test_a_finance_reviewer_remembers_an_approval_for_the_session(server: LiveServer, page: Page) -> None:
@@ -92,7 +92,7 @@ def test_a_finance_reviewer_remembers_an_approval_for_the_session(server: LiveSe
     third = _ask(server, token, "third", "A-3", 130)
     assert third["decision"] == "pending"
 
-    run_id = server.call(server.store.get_call(second["call_id"])).run_id
+    run_id = server.call(server.store.calls.get_call(second["call_id"])).run_id
     page.goto(f"{server.url}/runs/{run_id}")
     entry = page.locator("ol.timeline li.entry.call").filter(has_text="A-2")
     expect(entry).to_contain_text(f"Approved by rule {name}, version 1")

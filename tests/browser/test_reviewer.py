@@ -67,7 +67,7 @@ def test_a_reviewer_edits_approves_and_denies_and_the_run_completes(
     error = refund.locator(".edit-field.invalid .field-error")
     expect(error).to_contain_text("valid decimal")  # the 422 answer was swapped in place
     expect(refund.locator("input[name='args.amount']")).to_have_value("abc")
-    assert server.call(server.store.get_call(call_id)).status == "pending"  # nothing was saved
+    assert server.call(server.store.calls.get_call(call_id)).status == "pending"  # nothing was saved
 
     refund.locator("input[name='args.amount']").fill("120.00")
     refund.get_by_role("button", name="Approve with these arguments").click()

@@ -21,7 +21,9 @@ from .test_reviewer import _screenshot
 
 
 def _asker(server: LiveServer) -> httpx.Client:
-    token = server.call(server.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    token = server.call(
+        server.store.people.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+    )
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
@@ -72,7 +74,7 @@ def test_an_admin_writes_a_rule_checked_as_they_type_tries_it_and_the_gate_obeys
         expect(small.locator(".policy-says")).to_have_text("allow by this rule")
         expect(small).to_contain_text("pending")  # what really happened: it waits for a person
         expect(dry_run.locator("tbody tr", has_text="amount=900").locator(".rule-says")).to_have_text("no match")
-        assert server.call(server.store.list_rules()) == []  # trying saved nothing
+        assert server.call(server.store.rules.list_rules()) == []  # trying saved nothing
         _screenshot(page, screenshots / "rule-form.png", max_height=1600)
 
         page.get_by_role("button", name="Save rule").click()

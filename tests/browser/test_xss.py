@@ -42,7 +42,7 @@ def test_no_payload_runs_anywhere_a_reviewer_looks(server: LiveServer, page: Pag
     page.goto(server.url + "/")
     rows = page.locator("tr[data-call]")
     expect(rows).to_have_count(3, timeout=20_000)
-    calls = {c.tool_call_id: c for c in server.call(server.store.run_calls(run_id))}
+    calls = {c.tool_call_id: c for c in server.call(server.store.calls.run_calls(run_id))}
 
     page.goto(f"{server.url}/calls/{calls['gate0'].id}")
     page.locator("details.raw summary").first.click()

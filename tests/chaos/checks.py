@@ -85,7 +85,7 @@ async def check_promises(store: Store, run_ids: Sequence[str], log_path: Path) -
         if call.status not in FINAL_CALL_STATUSES:
             problem(f"run {call.run_id}: call {call.tool_call_id} ({call.tool_name}) left {call.status}")
     for run_id in runs:
-        history = await store.load_history(run_id)
+        history = await store.runs.load_history(run_id)
         found.problems.extend(f"run {run_id}: {p}" for p in history_problems(history))
         for message in history:
             if isinstance(message, ModelResponse):
@@ -134,7 +134,7 @@ async def check_promises(store: Store, run_ids: Sequence[str], log_path: Path) -
     found.stats["runs"] = len(runs)
     for action in ("run.resumed", "call.outcome_unknown", "call.retried", "call.released"):
         found.stats[f"audit {action}"] = actions[action]
-    verification = await store.verify_audit()
+    verification = await store.audit.verify_audit()
     found.stats["audit events"] = verification.checked
     if not verification.ok:
         problem(f"audit chain broken at event {verification.first_bad_id}: {verification.problem}")

@@ -344,7 +344,7 @@ class Chaos:
             return
         while len(self.unfinished) < self.config.in_flight:
             number = len(self.run_ids) + 1
-            run_id = await self.store.start_run(
+            run_id = await self.store.runs.start_run(
                 AGENT_NAME, f"errand {number}", actor=STARTER, deps={"log": str(self.log_path)}
             )
             self.run_ids.append(run_id)
@@ -352,7 +352,7 @@ class Chaos:
             self.tally.runs_started += 1
 
     async def _decide(self) -> None:
-        for call in (await self.store.list_calls(status="pending", limit=500)).items:
+        for call in (await self.store.calls.list_calls(status="pending", limit=500)).items:
             verdict = self.verdict_of.get(call.id)
             if verdict is None:
                 verdict = self.verdict_of[call.id] = self._pick_verdict()
@@ -363,7 +363,7 @@ class Chaos:
                 await self._settle(call, Deny(reason="Not this one."))
             else:
                 await self._settle(call, Answer(content=f"{call.tool_name}: done by hand"))
-        unknown = (await self.store.list_calls(status="outcome_unknown", limit=500)).items
+        unknown = (await self.store.calls.list_calls(status="outcome_unknown", limit=500)).items
         if unknown:
             executions = read_executions(self.log_path)
             for call in unknown:
@@ -387,13 +387,13 @@ class Chaos:
 
     async def _decide_as(self, reviewer: Actor, call: ToolCallRow, verdict: Verdict) -> ToolCallRow | None:
         try:
-            return await self.store.decide(call.id, verdict, actor=reviewer)
+            return await self.store.calls.decide(call.id, verdict, actor=reviewer)
         except Conflict as exc:
             self.note(f"{type(verdict).__name__} of {call.tool_call_id} of {call.run_id[:8]} refused: {exc}")
             return None
 
     async def _fresh_reviewer(self, call: ToolCallRow) -> Actor:
-        used = {decision.actor for decision in await self.store.decisions_for(call.id)}
+        used = {decision.actor for decision in await self.store.calls.decisions_for(call.id)}
         for reviewer in REVIEWERS:
             if reviewer.id not in used:
                 return reviewer
@@ -406,7 +406,7 @@ class Chaos:
         of theirs on a call they approved (one decision per reviewer and arguments), which is
         counted, and a reviewer new to the call settles it instead.
         """
-        events = await self.store.audit_events(action="call.executing", run_id=call.run_id, limit=100)
+        events = await self.store.audit.audit_events(action="call.executing", run_id=call.run_id, limit=100)
         holder = next((e.actor for e in events.items if e.subject_id == call.id), "")
         worker = self.workers.get(holder.removeprefix("chaos-"))
         verdict: Verdict
@@ -415,7 +415,7 @@ class Chaos:
         else:
             how = "answered (it ran)" if ran else "answered (its worker may still run it)"
             verdict = Answer(content=f"{call.tool_name}: {'it happened' if ran else 'nobody can tell'}")
-        approvers = [d.actor for d in await self.store.decisions_for(call.id) if d.verdict in ("approve", "edit")]
+        approvers = [d.actor for d in await self.store.calls.decisions_for(call.id) if d.verdict in ("approve", "edit")]
         settled = False
         if approvers:
             row = await self._decide_as(Actor(approvers[-1], "reviewer"), call, verdict)

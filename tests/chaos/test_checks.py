@@ -20,13 +20,13 @@ pytestmark = pytest.mark.anyio
 
 async def completed_run(store: Store, log: Path) -> str:
     """One run of the chaos agent, continued in this process, every call approved."""
-    run_id = await store.start_run(AGENT_NAME, "errand", actor=STARTER, deps={"log": str(log)})
+    run_id = await store.runs.start_run(AGENT_NAME, "errand", actor=STARTER, deps={"log": str(log)})
     resumer = Resumer(store, AgentRegistry([chaos_agent]))
     while await resumer.resume(run_id) is not None:
-        for call in await store.run_calls(run_id):
+        for call in await store.calls.run_calls(run_id):
             for reviewer in REVIEWERS[: call.approvals_required] if call.status == "pending" else []:
-                await store.decide(call.id, Approve(), actor=reviewer)
-    assert (await store.get_run(run_id)).status == "completed"
+                await store.calls.decide(call.id, Approve(), actor=reviewer)
+    assert (await store.runs.get_run(run_id)).status == "completed"
     return run_id
 
 

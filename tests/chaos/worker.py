@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 from sqlalchemy import event
 
-from approvals.store import ClaimedRun, Database, Store
+from approvals.store import ClaimedRun, Database, Runs, Store
 from approvals.worker.resumer import AgentRegistry, run_worker
 
 from .agent import PROCESS, chaos_agent
@@ -53,8 +53,8 @@ CLAIMING = "(claiming)"
 """Where a claim in progress is recorded among the runs in flight."""
 
 
-class ChaosStore(Store):
-    """A store whose run writes pass the process's hooks before and after they happen."""
+class ChaosRuns(Runs):
+    """Run writes that pass the process's hooks before and after they happen."""
 
     async def claim(self, *args: Any, **kwargs: Any) -> ClaimedRun | None:
         PROCESS.at(CLAIMING, "claim:in")  # a kill now lands inside a claim, whether or not it finds a run
@@ -77,6 +77,14 @@ class ChaosStore(Store):
 
     async def finish(self, run_id: str, *args: Any, **kwargs: Any) -> None:
         await _hooked(run_id, "finish", super().finish(run_id, *args, **kwargs), done=True)
+
+
+class ChaosStore(Store):
+    """A store whose run writes pass the process's hooks before and after they happen (`ChaosRuns`)."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.runs = ChaosRuns(db, self.notifier, policy=self.policy)
 
 
 async def _hooked(run_id: str, name: str, write: Awaitable[None], *, done: bool = False) -> None:

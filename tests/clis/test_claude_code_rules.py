@@ -39,7 +39,7 @@ rules:
 
 
 def test_a_command_the_rules_allow_runs_with_nobody_asked(approvals: Approvals, tmp_path: Path) -> None:  # noqa: F811
-    approvals.server.call(approvals.server.store.apply_rules(load_rules(RULES), actor=ADMIN))
+    approvals.server.call(approvals.server.store.rules.apply_rules(load_rules(RULES), actor=ADMIN))
     project = hooked_project(tmp_path, approvals.url, wait=30.0)
     marker = project / "scratch-file"
     with ScriptedAnthropic([touch(marker), text("Done.")]) as api:
@@ -61,7 +61,7 @@ def test_a_command_the_rules_deny_never_runs_and_the_model_reads_why(
     approvals: Approvals,  # noqa: F811 - the shared fixture
     tmp_path: Path,
 ) -> None:
-    approvals.server.call(approvals.server.store.apply_rules(load_rules(RULES), actor=ADMIN))
+    approvals.server.call(approvals.server.store.rules.apply_rules(load_rules(RULES), actor=ADMIN))
     project = hooked_project(tmp_path, approvals.url, wait=30.0)
     marker = project / "locked-file"
     call_bash = touch(marker)

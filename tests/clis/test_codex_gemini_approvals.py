@@ -81,7 +81,7 @@ class Approvals:
 
     def calls(self, status: str | None = None) -> list[ToolCallRow]:
         """The stored calls (pending ones by default, every one with `status=None`), oldest first."""
-        return self.server.call(self.server.store.list_calls(status=status)).items
+        return self.server.call(self.server.store.calls.list_calls(status=status)).items
 
     def only_call(self) -> ToolCallRow:
         calls = self.calls(status=None)
@@ -117,9 +117,9 @@ class Approvals:
 def tokens(server: LiveServer) -> tuple[str, str]:
     """A token that may only ask (for the hook), and the reviewer's own token."""
     store = server.store
-    agent = server.call(store.create_token("agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
-    server.call(store.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
-    reviewer = server.call(store.create_token(f"{REVIEWER}-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
+    agent = server.call(store.people.create_token("agent", role="reviewer", actor=SYSTEM, scopes=["calls:ask"]))
+    server.call(store.people.create_user(REVIEWER, "pw-123456789", role="reviewer", actor=SYSTEM))
+    reviewer = server.call(store.people.create_token(f"{REVIEWER}-token", role="reviewer", actor=SYSTEM, user=REVIEWER))
     return agent, reviewer
 
 

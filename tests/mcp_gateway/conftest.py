@@ -53,7 +53,9 @@ class Approvals:
 
     async def calls(self, status: str | None = None) -> list[ToolCallRow]:
         """Stored calls with `status` (None: all)."""
-        page = await anyio.to_thread.run_sync(lambda: self.server.call(self.server.store.list_calls(status=status)))
+        page = await anyio.to_thread.run_sync(
+            lambda: self.server.call(self.server.store.calls.list_calls(status=status))
+        )
         return list(page.items)
 
     async def pending_call(self, *, seconds: float = 30) -> ToolCallRow:
@@ -62,7 +64,7 @@ class Approvals:
         return call
 
     async def call(self, call_id: str) -> ToolCallRow:
-        return await anyio.to_thread.run_sync(lambda: self.server.call(self.server.store.get_call(call_id)))
+        return await anyio.to_thread.run_sync(lambda: self.server.call(self.server.store.calls.get_call(call_id)))
 
     async def decide(self, call_id: str, decision: dict[str, Any]) -> None:
         """Decide as a reviewer does, through the JSON API."""
@@ -80,11 +82,11 @@ class Approvals:
 
         admin = Actor("ada", "admin")
         await anyio.to_thread.run_sync(
-            lambda: self.server.call(self.server.store.apply_rules(load_rules(text), actor=admin))
+            lambda: self.server.call(self.server.store.rules.apply_rules(load_rules(text), actor=admin))
         )
 
     def audit_verifies(self) -> bool:
-        return self.server.call(self.server.store.verify_audit()).ok
+        return self.server.call(self.server.store.audit.verify_audit()).ok
 
 
 @pytest.fixture

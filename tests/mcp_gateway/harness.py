@@ -74,7 +74,7 @@ class Approvals(live_approvals.Approvals):
         """The call once its status is one of `statuses` (the gateway reports outcomes after answering)."""
 
         def settled() -> ToolCallRow | None:
-            call = self.server.call(self.server.store.get_call(call_id))
+            call = self.server.call(self.server.store.calls.get_call(call_id))
             return call if call.status in statuses else None
 
         return eventually_sync(settled, f"call {call_id} to be one of {statuses}", seconds=seconds, interval=0.1)
@@ -85,7 +85,7 @@ class Approvals(live_approvals.Approvals):
         if when:
             entry["when"] = when
         [spec] = parse_rules([entry])
-        self.server.call(self.server.store.save_rule(spec, actor=SYSTEM))
+        self.server.call(self.server.store.rules.save_rule(spec, actor=SYSTEM))
 
 
 @contextmanager

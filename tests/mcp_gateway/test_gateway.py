@@ -67,7 +67,9 @@ async def test_a_write_approved_in_the_inbox_lands_on_disk(approvals: Approvals,
     assert target.read_text() == "approved"
     call = await approvals.call(seen["call"].id)
     assert call.status == "succeeded" and call.tool_name == "write_file" and call.agent_name == "claude-code"
-    run = await anyio.to_thread.run_sync(lambda: approvals.server.call(approvals.server.store.get_run(call.run_id)))
+    run = await anyio.to_thread.run_sync(
+        lambda: approvals.server.call(approvals.server.store.runs.get_run(call.run_id))
+    )
     assert run.engine == "mcp"
     assert call.context["mcp_server"] == "fs" and call.context["client"] == "claude-code"
     assert call.context["annotations"]["readOnlyHint"] is False

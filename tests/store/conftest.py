@@ -90,7 +90,7 @@ async def execute(store: Store, sql: str, **params: object) -> None:
 def record_refused_writes(store: Store) -> list[LeaseLost]:
     """The worker writes `store` refuses because the worker no longer holds the run, as they happen."""
     refused: list[LeaseLost] = []
-    write_run = store.write_run
+    write_run = store.runs.write_run
 
     async def recording(write: RunWrite) -> None:
         try:
@@ -99,5 +99,5 @@ def record_refused_writes(store: Store) -> list[LeaseLost]:
             refused.append(lost)
             raise
 
-    store.write_run = recording  # type: ignore[method-assign]
+    store.runs.write_run = recording  # type: ignore[method-assign]
     return refused

@@ -86,7 +86,7 @@ def final_text(conversation: Conversation) -> str:
 
 async def stored_history(store: Store, run_id: str) -> list[Any]:
     """A pydantic-ai run's history as stored: pydantic-ai's own messages."""
-    return list(await store.load_history(run_id))
+    return list(await store.runs.load_history(run_id))
 
 
 async def count(store: Store, column: Any) -> int:
@@ -312,7 +312,7 @@ async def test_a_paused_conversation_is_decided_in_the_inbox_and_continued_by_th
 
     run_id = await conversations.inbox_run("c1")
     assert run_id is not None
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.agent_name, run.status, run.prompt, run.started_by) == (
         "pai-shop",
         "awaiting_approval",
@@ -320,9 +320,9 @@ async def test_a_paused_conversation_is_decided_in_the_inbox_and_continued_by_th
         "system",
     )
     assert await stored_history(store, run_id) == result.all_messages()  # the conversation's history, as stored
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert (call.tool_name, call.args, call.status) == ("refund", {"order_id": "A-1", "amount_cents": 450}, "pending")
-    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    events = (await store.audit.audit_events(run_id=run_id, newest_first=False)).items
     assert [(e.action, e.actor) for e in events] == [
         ("run.started", "system"),
         ("call.requested", "system"),
@@ -332,7 +332,7 @@ async def test_a_paused_conversation_is_decided_in_the_inbox_and_continued_by_th
     waiting = await conversations.load("c1")
     assert waiting is not None and waiting.deferred_tool_requests == result.output  # still waiting for people
 
-    await store.decide(call.id, Approve(args_digest=call.args_digest), actor=ALICE)
+    await store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=ALICE)
     assert await Resumer(store, AgentRegistry([agents.shop])).resume() == run_id
     assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
 
@@ -352,9 +352,9 @@ async def test_a_paused_conversation_is_decided_in_the_inbox_and_continued_by_th
     follow_up: AgentRunResult[Any] = await agents.shop.run("Thanks!", conversation=loaded, deps={}, output_type=PAUSING)
     assert follow_up.output == "You are welcome."
     assert len(await conversations.save(follow_up)) == 2
-    runs = (await store.list_runs()).items
+    runs = (await store.runs.list_runs()).items
     assert [r.status for r in runs] == ["completed"]  # no run for a turn that waits on nothing
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_the_app_deciding_itself_cancels_the_run_still_waiting_in_the_inbox(store: Store, tmp_path: Path) -> None:
@@ -367,15 +367,15 @@ async def test_the_app_deciding_itself_cancels_the_run_still_waiting_in_the_inbo
     )
     await conversations.save(result)
 
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.status, run.error) == (
         "cancelled",
         "the conversation went on without the inbox: its calls no longer apply",
     )
-    assert [c.status for c in await store.run_calls(run_id)] == ["cancelled"]
-    assert (await store.audit_events(run_id=run_id)).items[0].action == "run.cancelled"
+    assert [c.status for c in await store.calls.run_calls(run_id)] == ["cancelled"]
+    assert (await store.audit.audit_events(run_id=run_id)).items[0].action == "run.cancelled"
     assert await conversations.inbox_run("c1") is None
-    assert (await store.list_calls()).items == []  # nothing left for reviewers
+    assert (await store.calls.list_calls()).items == []  # nothing left for reviewers
     assert await Resumer(store, AgentRegistry([agents.shop])).resume() is None
 
 
@@ -383,8 +383,8 @@ async def test_once_people_decided_the_apps_own_decision_conflicts(store: Store,
     conversations, run_id = await paused_shop_chat(store, tmp_path)
     loaded = await conversations.load("c1")
     assert loaded is not None and loaded.deferred_tool_requests is not None
-    (call,) = await store.run_calls(run_id)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    (call,) = await store.calls.run_calls(run_id)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
 
     decided = loaded.deferred_tool_requests.build_results(approvals={"call-1": False})
     result: AgentRunResult[Any] = await agents.shop.run(
@@ -392,7 +392,7 @@ async def test_once_people_decided_the_apps_own_decision_conflicts(store: Store,
     )
     with pytest.raises(ConversationConflict):
         await conversations.save(result)
-    assert (await store.get_run(run_id)).status == "ready"  # the inbox's decision stands
+    assert (await store.runs.get_run(run_id)).status == "ready"  # the inbox's decision stands
 
     await Resumer(store, AgentRegistry([agents.shop])).resume(run_id)
     outcome = await conversations.load("c1")
@@ -410,8 +410,8 @@ async def test_a_run_that_pauses_again_shows_its_new_calls_in_the_conversation(s
     run_id = await conversations.inbox_run("c1")
     assert run_id is not None
 
-    (first,) = await store.run_calls(run_id)
-    await store.decide(first.id, Approve(), actor=ALICE)
+    (first,) = await store.calls.run_calls(run_id)
+    await store.calls.decide(first.id, Approve(), actor=ALICE)
     await registry_resume(store, registry, run_id)
     paused = await conversations.load("c1")
     assert paused is not None
@@ -423,8 +423,8 @@ async def test_a_run_that_pauses_again_shows_its_new_calls_in_the_conversation(s
     assert requests.calls == []
     assert await conversations.inbox_run("c1") == run_id  # the same run waits again
 
-    second = next(c for c in await store.run_calls(run_id) if c.status == "pending")
-    await store.decide(second.id, Approve(), actor=ALICE)
+    second = next(c for c in await store.calls.run_calls(run_id) if c.status == "pending")
+    await store.calls.decide(second.id, Approve(), actor=ALICE)
     await registry_resume(store, registry, run_id)
     done = await conversations.load("c1")
     assert done is not None and done.deferred_tool_requests is None
@@ -434,16 +434,16 @@ async def test_a_run_that_pauses_again_shows_its_new_calls_in_the_conversation(s
 
 async def test_bringing_in_the_runs_outcome_loses_to_a_concurrent_save(store: Store, tmp_path: Path) -> None:
     conversations, run_id = await paused_shop_chat(store, tmp_path)
-    (call,) = await store.run_calls(run_id)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    (call,) = await store.calls.run_calls(run_id)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
     await Resumer(store, AgentRegistry([agents.shop])).resume(run_id)
 
-    stored = await store.read_conversation("c1")
+    stored = await store.conversations.read_conversation("c1")
     assert stored is not None and stored.run is not None and stored.run.has_news
-    news = await store.linked_run_news(run_id, after=stored.run.synced_messages)
+    news = await store.conversations.linked_run_news(run_id, after=stored.run.synced_messages)
     record = await conversations.read_record("c1")  # another reader brings the outcome in first
     assert record is not None and record.deferred_tool_requests is None
-    assert not await store.sync_conversation(synced(stored.record, news))
+    assert not await store.conversations.sync_conversation(synced(stored.record, news))
     entries = await conversations.load_entries("c1")
     assert entries is not None and len(entries) == 5  # brought in once
 
@@ -455,7 +455,7 @@ async def registry_resume(store: Store, registry: AgentRegistry, run_id: str) ->
 async def test_deleting_a_waiting_conversation_cancels_its_run(store: Store, tmp_path: Path) -> None:
     conversations, run_id = await paused_shop_chat(store, tmp_path)
     await conversations.delete("c1")
-    assert (await store.get_run(run_id)).status == "cancelled"
+    assert (await store.runs.get_run(run_id)).status == "cancelled"
     assert await count(store, ConversationEntryRow.id) == 0
     async with store.db.read() as session:  # the run keeps its own copy of the history
         assert await session.scalar(select(func.count()).where(MessageRow.run_id == run_id)) == 3
@@ -467,12 +467,12 @@ async def test_a_fork_of_a_waiting_conversation_waits_in_its_own_run(store: Stor
     assert fork.deferred_tool_requests is not None
     fork_run = await conversations.inbox_run("f1")
     assert fork_run is not None and fork_run != run_id
-    assert [c.tool_call_id for c in await store.run_calls(fork_run)] == ["call-1"]
+    assert [c.tool_call_id for c in await store.calls.run_calls(fork_run)] == ["call-1"]
     resaved = await conversations.load("c1")
     assert resaved is not None
     await conversations.save(resaved)  # nothing new: the run goes on holding its calls
     assert await conversations.inbox_run("c1") == run_id
-    assert (await store.get_run(run_id)).status == "awaiting_approval"
+    assert (await store.runs.get_run(run_id)).status == "awaiting_approval"
 
 
 async def test_a_paused_run_can_be_started_directly_by_a_reviewer_only(store: Store, tmp_path: Path) -> None:
@@ -482,10 +482,10 @@ async def test_a_paused_run_can_be_started_directly_by_a_reviewer_only(store: St
     history = await _stored_messages(store, run_id)
     paused = PausedRun(agent_name="pai-shop", history=history, message_format=PYDANTIC_AI_FORMAT, requests=requests)
     with pytest.raises(Forbidden):
-        await store.start_paused_run(paused, actor=Actor("viewer", "viewer"))
-    new_run = await store.start_paused_run(paused, actor=SYSTEM)
-    assert (await store.get_run(new_run)).message_count == 3
-    assert [c.args for c in await store.run_calls(new_run)] == [{"order_id": "B-2", "amount_cents": 5}]
+        await store.runs.start_paused_run(paused, actor=Actor("viewer", "viewer"))
+    new_run = await store.runs.start_paused_run(paused, actor=SYSTEM)
+    assert (await store.runs.get_run(new_run)).message_count == 3
+    assert [c.args for c in await store.calls.run_calls(new_run)] == [{"order_id": "B-2", "amount_cents": 5}]
 
 
 async def _stored_messages(store: Store, run_id: str) -> list[dict[str, Any]]:

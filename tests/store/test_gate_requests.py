@@ -24,7 +24,7 @@ async def test_the_same_key_asked_at_the_same_moment_is_one_call_and_a_new_sessi
     results: list[Any] = []
 
     async def ask(store: Store) -> None:
-        results.append(await store.request_call(request, actor=SERVICE))
+        results.append(await store.calls.request_call(request, actor=SERVICE))
 
     try:
         async with anyio.create_task_group() as group:
@@ -32,9 +32,9 @@ async def test_the_same_key_asked_at_the_same_moment_is_one_call_and_a_new_sessi
                 group.start_soon(ask, store)
         assert len({call.id for call, _ in results}) == 1
         assert sorted(created for _, created in results) == [False, False, False, True]
-        runs = (await stores[0].list_runs()).items
+        runs = (await stores[0].runs.list_runs()).items
         assert len(runs) == 1
-        actions = [e.action for e in (await stores[0].audit_events(run_id=runs[0].id, limit=50)).items]
+        actions = [e.action for e in (await stores[0].audit.audit_events(run_id=runs[0].id, limit=50)).items]
         assert sorted(actions) == ["call.requested", "run.paused", "run.started"]
     finally:
         for store in stores:

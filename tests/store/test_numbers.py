@@ -58,23 +58,23 @@ def transfer(amount: float, rate: float, extra: dict[str, Any]) -> dict[str, Any
 
 
 async def paused_call(store: Store) -> tuple[str, Any]:
-    run_id = await store.start_run("numbers", "go", actor=SERVICE)
+    run_id = await store.runs.start_run("numbers", "go", actor=SERVICE)
     await Resumer(store, AgentRegistry([number_agent])).resume(run_id)
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     return run_id, call
 
 
 async def test_an_approval_bound_to_odd_numbers_runs_and_the_chain_verifies(store: Store) -> None:
     service = ApprovalService(store, AgentRegistry([number_agent]))
     run_id, call = await paused_call(store)
-    shown = (await store.get_call(call.id)).args  # what a reviewer's page shows, read back from the database
+    shown = (await store.calls.get_call(call.id)).args  # what a reviewer's page shows, read back from the database
     await service.decide(call.id, Approve(args_digest=service.args_digest(shown)), actor=ALICE)
 
     await Resumer(store, AgentRegistry([number_agent])).resume(run_id)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
-    assert (await store.get_call(call.id)).status == "succeeded"
-    verification = await store.verify_audit()
+    assert (await store.calls.get_call(call.id)).status == "succeeded"
+    verification = await store.audit.verify_audit()
     assert verification.ok, verification.problem
     assert verification.checked >= 6
 
@@ -82,32 +82,32 @@ async def test_an_approval_bound_to_odd_numbers_runs_and_the_chain_verifies(stor
 async def test_an_edit_with_odd_numbers_runs_and_the_chain_verifies(store: Store) -> None:
     service = ApprovalService(store, AgentRegistry([number_agent]))
     run_id, call = await paused_call(store)
-    shown = (await store.get_call(call.id)).args
+    shown = (await store.calls.get_call(call.id)).args
     edited = {"amount": 1e17, "rate": -0.0, "extra": {"n": [1e20, -0.0, 2.5e-10]}}
     await service.decide(call.id, EditAndApprove(args=edited, args_digest=service.args_digest(shown)), actor=ALICE)
 
     await Resumer(store, AgentRegistry([number_agent])).resume(run_id)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
-    result = (await store.get_call(call.id)).result
+    result = (await store.calls.get_call(call.id)).result
     assert result is not None and result["amount"] == 1e17
-    verification = await store.verify_audit()
+    verification = await store.audit.verify_audit()
     assert verification.ok, verification.problem
 
 
 async def test_an_unbound_approval_of_odd_numbers_passes_the_resume_digest_check(store: Store) -> None:
     """The worker re-validates the stored call and compares its digest with the one approved."""
     run_id, call = await paused_call(store)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
 
     await Resumer(store, AgentRegistry([number_agent])).resume(run_id)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
 
 
 async def test_audit_events_holding_odd_numbers_verify(store: Store) -> None:
     await paused_call(store)  # its pause event holds the arguments
-    verification = await store.verify_audit()
+    verification = await store.audit.verify_audit()
     assert verification.ok, verification.problem
 
 
@@ -132,14 +132,14 @@ async def test_the_upgrade_brings_waiting_calls_digests_to_the_new_form(tmp_path
                 )
                 upgrade(url)
 
-                stored = await store.get_call(call.id)
+                stored = await store.calls.get_call(call.id)
                 assert stored.args_digest == digest(stored.args) != old, backend
                 async with database.engine.connect() as conn:
                     bound = (await conn.execute(text("SELECT args_digest FROM decisions"))).scalars().all()
                 assert bound == [stored.args_digest], backend
-                await store.decide(call.id, Approve(args_digest=digest(stored.args)), actor=ALICE)
+                await store.calls.decide(call.id, Approve(args_digest=digest(stored.args)), actor=ALICE)
                 await Resumer(store, AgentRegistry([number_agent])).resume(run_id)
-                assert (await store.get_run(run_id)).status == "completed", backend
+                assert (await store.runs.get_run(run_id)).status == "completed", backend
             finally:
                 await database.dispose()
 
@@ -166,11 +166,11 @@ async def test_events_hashed_before_the_new_form_still_verify_on_sqlite(sqlite_t
                 )
                 prev = row_hash
         assert differing > 0  # the old form differs for this chain
-        verification = await store.verify_audit()
+        verification = await store.audit.verify_audit()
         assert verification.ok, verification.problem
 
         await execute(store, "UPDATE audit_events SET details = replace(details, '1e+16', '2e+16')")
-        verification = await store.verify_audit()
+        verification = await store.audit.verify_audit()
         assert not verification.ok and verification.problem is not None
         assert "changed after it was written" in verification.problem
     finally:

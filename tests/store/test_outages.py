@@ -78,7 +78,7 @@ async def log_has(path: Path, text: str) -> bool:
 
 
 async def status_is(store: Store, run_id: str, *statuses: str) -> bool:
-    return (await store.get_run(run_id)).status in statuses
+    return (await store.runs.get_run(run_id)).status in statuses
 
 
 @asynccontextmanager
@@ -94,7 +94,7 @@ async def worker(store: Store, **options: Any) -> AsyncIterator[None]:
 
 
 async def paused_mail_run(store: Store, tmp_path: Path) -> str:
-    run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await until(lambda: status_is(store, run_id, "awaiting_approval"), "the run to pause")
     return run_id
 
@@ -119,8 +119,8 @@ async def test_a_worker_outlives_its_connections_being_terminated(db_url: str, t
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).fetchone()
             assert killed is not None and killed[0] >= 2, "the worker's pooled and LISTEN connections"
-            [call] = await retrying(lambda: reviewer.run_calls(run_id))
-            await retrying(lambda: reviewer.decide(call.id, Approve(), actor=ALICE))
+            [call] = await retrying(lambda: reviewer.calls.run_calls(run_id))
+            await retrying(lambda: reviewer.calls.decide(call.id, Approve(), actor=ALICE))
             # the poll interval is an hour: only a LISTEN connection opened again can wake the worker
             await until(lambda: status_is(reviewer, run_id, "completed"), "the worker to finish the run", 30)
         assert (tmp_path / "log").read_text().splitlines() == ["email ann@example.com"]
@@ -162,8 +162,8 @@ async def test_a_worker_process_outlives_a_postgresql_restart(tmp_path: Path) ->
             with worker_process(url, log, agent, "--poll-interval", "3600") as process:
                 first = await paused_mail_run(store, tmp_path)
                 cluster.restart()
-                [call] = await retrying(lambda: store.run_calls(first))
-                await retrying(lambda: store.decide(call.id, Approve(), actor=ALICE))
+                [call] = await retrying(lambda: store.calls.run_calls(first))
+                await retrying(lambda: store.calls.decide(call.id, Approve(), actor=ALICE))
                 await until(lambda: status_is(store, first, "completed"), "the run decided after the restart", 60)
                 cluster.stop()
                 await anyio.sleep(2)  # the worker sees the server gone
@@ -190,10 +190,10 @@ async def test_a_step_cut_off_by_a_restart_is_stored_once_the_server_is_back(tmp
         deps = {"log": str(tmp_path / "log"), "gate": str(tmp_path / "gate")}
         try:
             async with worker(store, lease_seconds=60):
-                run_id = await store.start_run("gated", "refund", actor=SERVICE, deps=deps)
+                run_id = await store.runs.start_run("gated", "refund", actor=SERVICE, deps=deps)
                 await until(lambda: status_is(store, run_id, "awaiting_approval"), "the run to pause")
-                [call] = await store.run_calls(run_id)
-                await store.decide(call.id, Approve(), actor=ALICE)
+                [call] = await store.calls.run_calls(run_id)
+                await store.calls.decide(call.id, Approve(), actor=ALICE)
                 await until(lambda: log_has(tmp_path / "log", "started"), "the tool to start")
                 cluster.stop()
                 (tmp_path / "gate").touch()  # the tool returns while the database is down
@@ -201,9 +201,9 @@ async def test_a_step_cut_off_by_a_restart_is_stored_once_the_server_is_back(tmp
                 await anyio.sleep(1.5)  # the step's write fails, and is retried
                 cluster.start()
                 await until(lambda: status_is(store, run_id, "completed", "failed"), "the run to end", 60)
-            run = await store.get_run(run_id)
+            run = await store.runs.get_run(run_id)
             assert run.status == "completed", run.error
-            [call] = await store.run_calls(run_id)
+            [call] = await store.calls.run_calls(run_id)
             assert (call.status, call.result) == ("succeeded", "refunded A-1")
             assert (tmp_path / "log").read_text().splitlines() == ["started A-1", "refunded A-1"]
         finally:
@@ -214,8 +214,8 @@ async def test_a_step_cut_off_by_a_restart_is_stored_once_the_server_is_back(tmp
 
 
 async def test_a_dead_workers_run_is_taken_over_when_its_lease_ends(store: Store, tmp_path: Path) -> None:
-    run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
-    ghost = await store.claim("ghost-worker", lease_seconds=2, run_id=run_id)
+    run_id = await store.runs.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    ghost = await store.runs.claim("ghost-worker", lease_seconds=2, run_id=run_id)
     assert ghost is not None  # claimed, and its worker "dies": nothing renews or announces anything
     async with worker(store):  # polls once an hour: only the lease's end can wake it
         await until(lambda: status_is(store, run_id, "awaiting_approval"), "another worker to take the run", 30)
@@ -223,27 +223,27 @@ async def test_a_dead_workers_run_is_taken_over_when_its_lease_ends(store: Store
 
 async def test_model_output_no_database_can_store_is_repaired_and_the_run_goes_on(store: Store) -> None:
     async with worker(store):
-        run_id = await store.start_run("garbage", "go", actor=SERVICE)
+        run_id = await store.runs.start_run("garbage", "go", actor=SERVICE)
         await until(lambda: status_is(store, run_id, "awaiting_approval", "failed"), "the run to pause")
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         assert run.status == "awaiting_approval", run.error
-        calls = await store.run_calls(run_id)
+        calls = await store.calls.run_calls(run_id)
         assert len(calls) == 3 and len({c.tool_call_id for c in calls}) == 3
         assert all(len(c.tool_call_id) <= 128 for c in calls)
         assert sorted(c.args["text"] for c in calls) == ["a\ufffdb \ufffd", "c\ufffdd", "e"]
         for call in calls:
-            await store.decide(call.id, Approve(), actor=ALICE)
+            await store.calls.decide(call.id, Approve(), actor=ALICE)
         await until(lambda: status_is(store, run_id, "completed", "failed"), "the run to end")
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.status, run.output) == ("completed", "finished \ufffd with a lone \ufffd surrogate")
 
 
 async def test_a_step_the_database_refuses_fails_the_run_once_with_its_reason(store: Store) -> None:
     """A tool's result with a NUL: PostgreSQL refuses it for good, so the run fails; SQLite stores it."""
     async with worker(store):
-        run_id = await store.start_run("nul-result", "go", actor=SERVICE)
+        run_id = await store.runs.start_run("nul-result", "go", actor=SERVICE)
         await until(lambda: status_is(store, run_id, "completed", "failed"), "the run to end")
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     if store.db.is_sqlite:
         assert run.status == "completed"
         return
@@ -271,7 +271,7 @@ def _write_forever(out: BinaryIO) -> None:
 async def start_runs_until_refused(store: Store) -> None:
     """Write until the database refuses: a full disk may leave a few free pages in the file and its WAL."""
     for _ in range(500):
-        await store.start_run("mailer", "x" * 20_000, actor=SERVICE)
+        await store.runs.start_run("mailer", "x" * 20_000, actor=SERVICE)
 
 
 @contextmanager
@@ -304,7 +304,7 @@ async def test_sqlite_read_only_for_a_while_then_writable_again(tmp_path: Path) 
     try:
         async with worker(store):
             run_id = await paused_mail_run(store, tmp_path)
-        [call] = await store.run_calls(run_id)
+        [call] = await store.calls.run_calls(run_id)
         if (await anyio.run_process(["chattr", "+i", str(path)], check=False)).returncode != 0:
             pytest.skip("cannot make a file immutable here (chattr needs root and ext4)")
         try:
@@ -312,15 +312,15 @@ async def test_sqlite_read_only_for_a_while_then_writable_again(tmp_path: Path) 
             async with worker(store, expire_interval=0.2):
                 await anyio.sleep(1)  # the worker's expiry and claims meet it too
                 with pytest.raises(OperationalError, match="readonly") as refused:
-                    await store.decide(call.id, Approve(), actor=ALICE)
+                    await store.calls.decide(call.id, Approve(), actor=ALICE)
                 assert is_transient(refused.value), refused.value
                 await anyio.run_process(["chattr", "-i", str(path)])
                 attempts = 0
-                while (await store.get_call(call.id)).status == "pending":
+                while (await store.calls.get_call(call.id)).status == "pending":
                     attempts += 1  # a stale connection may be met once; it and those opened before it are replaced
                     assert attempts <= 2, "connections opened while the file was read-only are still in use"
                     with contextlib.suppress(OperationalError):
-                        await store.decide(call.id, Approve(), actor=ALICE)
+                        await store.calls.decide(call.id, Approve(), actor=ALICE)
                 await until(lambda: status_is(store, run_id, "completed"), "the worker to finish the run", 30)
         finally:
             await anyio.run_process(["chattr", "-i", str(path)])
@@ -335,7 +335,7 @@ async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path) -> N
         database = Database(url)
         store = Store(database)
         try:
-            run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+            run_id = await store.runs.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
             filler = folder / "filler"
             fill(filler)
             with pytest.raises(OperationalError, match="full") as refused:
@@ -343,11 +343,11 @@ async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path) -> N
             assert is_transient(refused.value), refused.value
             async with worker(store, expire_interval=0.2, poll_interval=0.2):
                 await anyio.sleep(1.5)  # its claims of the ready run meet the full disk, and it backs off
-                assert (await store.get_run(run_id)).status == "ready"
+                assert (await store.runs.get_run(run_id)).status == "ready"
                 filler.unlink()
                 await until(lambda: status_is(store, run_id, "awaiting_approval"), "the worker to take the run")
-                [call] = await store.run_calls(run_id)
-                await store.decide(call.id, Approve(), actor=ALICE)
+                [call] = await store.calls.run_calls(run_id)
+                await store.calls.decide(call.id, Approve(), actor=ALICE)
                 await until(lambda: status_is(store, run_id, "completed"), "the worker to finish the run")
         finally:
             await database.dispose()

@@ -131,7 +131,7 @@ async def test_a_worker_write_is_one_round_trip_and_a_claim_three(
     """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
     postgres_only(store)
     run_id, ids = await decided_shop_run(store, tmp_path)
-    store._stale_leases.checked_at = time.monotonic()  # no look for dead workers' runs now
+    store.runs._stale_leases.checked_at = time.monotonic()  # no look for dead workers' runs now
     trace = tmp_path / "trace"
     monkeypatch.setattr(postgres, "pooled_connection", lambda db: traced(db, trace))
     costs = []
@@ -142,40 +142,42 @@ async def test_a_worker_write_is_one_round_trip_and_a_claim_three(
         costs.append(round_trips(trace) - before)
         return result
 
-    claimed = await cost(store.claim("w1", run_id=run_id))  # lease; read and start the approved call; audit
+    claimed = await cost(store.runs.claim("w1", run_id=run_id))  # lease; read and start the approved call; audit
     assert isinstance(claimed, ClaimedRun) and claimed.executing
     step = [ModelResponse(parts=[TextPart(content="refunded")])]
-    await cost(store.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
+    await cost(store.runs.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
     results = {call_id: (CallStatus.SUCCEEDED, "ok") for call_id in claimed.executing}
-    await cost(store.append_step(run_id, "w1", step, results=results))  # the server names the calls it settled
-    await cost(store.finish(run_id, "w1", step, output="done"))  # guards raise in the server: audited, one trip
+    await cost(store.runs.append_step(run_id, "w1", step, results=results))  # the server names the calls it settled
+    await cost(store.runs.finish(run_id, "w1", step, output="done"))  # guards raise in the server: audited, one trip
     assert costs == [3, 1, 1, 1]
-    assert (await store.get_run(run_id)).status == "completed"
-    assert (await store.get_call(ids["refund"])).status == "succeeded"
-    assert (await store.verify_audit()).ok
+    assert (await store.runs.get_run(run_id)).status == "completed"
+    assert (await store.calls.get_call(ids["refund"])).status == "succeeded"
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_a_refused_write_ends_its_transaction_and_keeps_its_connection(store: Store, tmp_path: Path) -> None:
     """A write whose guard did not hold rolls back (or committed nothing): the connection stays in the pool."""
     postgres_only(store)
     run_id, ids = await decided_shop_run(store, tmp_path)
-    assert await store.claim("w1", run_id=run_id) is not None
-    stored = (await store.get_run(run_id)).message_count
+    assert await store.runs.claim("w1", run_id=run_id) is not None
+    stored = (await store.runs.get_run(run_id)).message_count
     pid = await backend_pid(store.db)
     step = [ModelResponse(parts=[TextPart(content="late")])]
     with pytest.raises(LeaseLost):
-        await store.append_step(run_id, "someone-else", step)  # committed with nothing written
+        await store.runs.append_step(run_id, "someone-else", step)  # committed with nothing written
     with pytest.raises(LeaseLost):
-        await store.finish(run_id, "someone-else", step, output="done")  # rolled back
+        await store.runs.finish(run_id, "someone-else", step, output="done")  # rolled back
     with pytest.raises(Conflict, match="not every call to execute is approved"):
-        await store.mark_executing(run_id, "w1", [(await store.get_call(ids["delete_customer"])).tool_call_id])
+        await store.runs.mark_executing(
+            run_id, "w1", [(await store.calls.get_call(ids["delete_customer"])).tool_call_id]
+        )
     assert await backend_pid(store.db) == pid
     assert connections_in_use(store) == 0
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.status, run.lease_owner, run.message_count) == ("resuming", "w1", stored)
-    await store.finish(run_id, "w1", step, output="done")  # the run's lock is free
-    assert (await store.get_run(run_id)).status == "completed"
-    assert (await store.verify_audit()).ok
+    await store.runs.finish(run_id, "w1", step, output="done")  # the run's lock is free
+    assert (await store.runs.get_run(run_id)).status == "completed"
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_a_claim_that_finds_no_run_keeps_its_connections_prepared_statements(
@@ -184,10 +186,10 @@ async def test_a_claim_that_finds_no_run_keeps_its_connections_prepared_statemen
     """An idle worker's claim leases nothing and ends with COMMIT: a ROLLBACK would deallocate them all."""
     postgres_only(store)
     run_id, _ = await decided_shop_run(store, tmp_path)
-    assert await store.claim("w1", run_id=run_id) is not None  # the hot path's statements are prepared now
+    assert await store.runs.claim("w1", run_id=run_id) is not None  # the hot path's statements are prepared now
     pid = await backend_pid(store.db)
     for _ in range(2):
-        assert await store.claim("w2") is None  # nothing is ready
+        assert await store.runs.claim("w2") is None  # nothing is ready
     async with pooled_connection(store.db) as connection:
         await connection.execute("SELECT 1")  # psycopg deallocates what it forgot before its next statement
         prepared = await connection.execute("SELECT pg_backend_pid(), count(*) FROM pg_prepared_statements")

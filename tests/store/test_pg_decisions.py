@@ -74,9 +74,9 @@ async def paused_runs(store: Store, tmp_path: Path, count: int) -> list[dict[str
     """`count` shop runs waiting on their calls: refund (one approval) and delete_customer (two)."""
     runs = []
     for index in range(count):
-        run_id = await store.start_run("shop", f"run {index}", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+        run_id = await store.runs.start_run("shop", f"run {index}", actor=SERVICE, deps={"log": str(tmp_path / "log")})
         await Resumer(store, AgentRegistry([shop_agent])).resume(run_id)
-        runs.append({call.tool_name: call.id for call in await store.run_calls(run_id)})
+        runs.append({call.tool_name: call.id for call in await store.calls.run_calls(run_id)})
     return runs
 
 
@@ -112,10 +112,10 @@ async def test_the_one_write_statement_stores_what_the_statements_one_by_one_sto
                 store = Store(db)
                 for call_id, verdict, actor in decisions:
                     if decide is None:
-                        await store.run_statements(functools.partial(statements, call_id, verdict, actor))
+                        await store.runs.run_statements(functools.partial(statements, call_id, verdict, actor))
                     else:
                         await decide(db, call_id, verdict, actor, NOW)
-                assert (await store.verify_audit()).ok
+                assert (await store.audit.verify_audit()).ok
                 await db.dispose()
             stored, expected = table_rows(one_statement), table_rows(one_by_one)
     assert stored == expected
@@ -129,9 +129,9 @@ async def test_a_decision_takes_two_round_trips(store: Store, tmp_path: Path, mo
     (calls,) = await paused_runs(store, tmp_path, 1)
     trace = tmp_path / "trace"
     monkeypatch.setattr(postgres_decisions, "pooled_connection", lambda db: traced(db, trace))
-    await store.decide(calls["refund"], Approve(), actor=ALICE)
+    await store.calls.decide(calls["refund"], Approve(), actor=ALICE)
     assert round_trips(trace) == 2
-    assert (await store.get_call(calls["refund"])).status == "approved"
+    assert (await store.calls.get_call(calls["refund"])).status == "approved"
 
 
 async def backend_pid(store: Store) -> int:
@@ -146,16 +146,16 @@ async def test_a_refused_decision_ends_its_transaction_and_keeps_its_connection(
     if not store.db.is_postgres:
         pytest.skip("PostgreSQL's decision path")
     (calls,) = await paused_runs(store, tmp_path, 1)
-    await store.decide(calls["refund"], Deny(reason="No."), actor=ALICE)
+    await store.calls.decide(calls["refund"], Deny(reason="No."), actor=ALICE)
     pid = await backend_pid(store)
     with pytest.raises(Conflict, match="denied by alice"):
-        await store.decide(calls["refund"], Approve(), actor=BOB)
+        await store.calls.decide(calls["refund"], Approve(), actor=BOB)
     with pytest.raises(NotFound):
-        await store.decide("no-such-call", Approve(), actor=BOB)
+        await store.calls.decide("no-such-call", Approve(), actor=BOB)
     assert await backend_pid(store) == pid  # not discarded, as a connection left in a transaction would be
     assert connections_in_use(store) == 0
-    await store.decide(calls["delete_customer"], Approve(), actor=BOB)  # the run's lock is free
-    assert (await store.get_call(calls["delete_customer"])).status == "pending"  # one of two approvals
+    await store.calls.decide(calls["delete_customer"], Approve(), actor=BOB)  # the run's lock is free
+    assert (await store.calls.get_call(calls["delete_customer"])).status == "pending"  # one of two approvals
 
 
 async def test_the_call_columns_are_named_as_postgresql_describes_them(store: Store, tmp_path: Path) -> None:

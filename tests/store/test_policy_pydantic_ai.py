@@ -36,7 +36,7 @@ def logged(tmp_path: Path) -> list[str]:
 
 
 async def rule(store: Store, **definition: Any) -> None:
-    await store.save_rule(parse_rule(definition), actor=ADMIN)
+    await store.rules.save_rule(parse_rule(definition), actor=ADMIN)
 
 
 async def test_a_pydantic_ai_run_on_our_worker_runs_a_call_a_rule_allows_without_asking(
@@ -44,26 +44,26 @@ async def test_a_pydantic_ai_run_on_our_worker_runs_a_call_a_rule_allows_without
 ) -> None:
     await rule(store, name="small-refunds", agent="pai-*", tool="refund", when="args.amount_cents < 1000",
                effect="allow")  # fmt: skip
-    run_id = await store.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
     resumer = Resumer(store, AgentRegistry([agents.shop]))
     await resumer.resume(run_id)
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert (call.status, call.decided_by, call.rule_version) == (CallStatus.APPROVED, "rule:small-refunds", 1)
-    assert (await store.get_run(run_id)).status == RunStatus.READY
+    assert (await store.runs.get_run(run_id)).status == RunStatus.READY
     await resumer.resume(run_id)
-    assert (await store.get_run(run_id)).status == RunStatus.COMPLETED
+    assert (await store.runs.get_run(run_id)).status == RunStatus.COMPLETED
     assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
 
 
 async def test_a_pydantic_ai_run_hears_a_rules_denial_and_its_reason(store: Store, tmp_path: Path) -> None:
     await rule(store, name="no-refunds", tool="refund", effect="deny", reason="Refunds are paused this week.")
-    run_id = await store.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
     resumer = Resumer(store, AgentRegistry([agents.shop]))
     await resumer.resume(run_id)
     await resumer.resume(run_id)
-    assert (await store.get_run(run_id)).status == RunStatus.COMPLETED
+    assert (await store.runs.get_run(run_id)).status == RunStatus.COMPLETED
     assert logged(tmp_path) == ["lookup A-1"]  # the refund never ran
-    history = await store.load_history(run_id)
+    history = await store.runs.load_history(run_id)
     assert "Refunds are paused this week." in str(history)  # the model read the reason
 
 
@@ -82,9 +82,9 @@ async def test_a_chat_apps_saved_conversation_is_decided_by_the_rules_and_contin
     await conversations.save(result)
     run_id = await conversations.inbox_run("c1")
     assert run_id is not None
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert (call.status, call.decided_by) == (CallStatus.APPROVED, "rule:chat-refunds")
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.engine, run.status, run.session_id) == ("pydantic_ai", RunStatus.READY, "c1")  # rules' `session`
     assert await Resumer(store, AgentRegistry([agents.shop])).resume() == run_id
     assert logged(tmp_path) == ["lookup A-1", "refund A-1 450"]
@@ -96,7 +96,7 @@ async def test_a_run_started_through_the_service_is_of_its_agents_engine_and_rul
     await rule(store, name="pai-refunds", engine="pydantic_ai", tool="refund", effect="allow")
     service = ApprovalService(store, AgentRegistry([agents.shop]))
     run_id = await service.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
-    assert (await store.get_run(run_id)).engine == "pydantic_ai"
+    assert (await store.runs.get_run(run_id)).engine == "pydantic_ai"
     await service.resumer.resume(run_id)
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert (call.status, call.decided_by) == (CallStatus.APPROVED, "rule:pai-refunds")

@@ -72,17 +72,17 @@ def gate_request(tool: str, args: dict[str, Any], *, session: str = "s1", key: s
 
 
 async def ask(store: Store, tool: str, args: dict[str, Any], **options: Any) -> ToolCallRow:
-    call, _ = await store.request_call(gate_request(tool, args, **options), actor=SERVICE)
+    call, _ = await store.calls.request_call(gate_request(tool, args, **options), actor=SERVICE)
     return call
 
 
 async def events(store: Store, subject_id: str) -> list[Any]:
-    page = await store.audit_events(subject_id=subject_id, limit=100)
+    page = await store.audit.audit_events(subject_id=subject_id, limit=100)
     return sorted(page.items, key=lambda event: event.id)
 
 
 async def test_a_gate_call_is_allowed_denied_or_routed_by_the_rules_and_the_record_names_the_rule(store: Store) -> None:
-    await store.apply_rules(load_rules(RULES), actor=ADMIN)
+    await store.rules.apply_rules(load_rules(RULES), actor=ADMIN)
 
     small = await ask(store, "refund", {"amount": 20})
     assert (small.status, small.decided_by, small.rule_name, small.rule_version) == (
@@ -91,8 +91,8 @@ async def test_a_gate_call_is_allowed_denied_or_routed_by_the_rules_and_the_reco
         "small-refunds",
         1,
     )
-    assert (await store.get_run(small.run_id)).status == RunStatus.RUNNING  # nobody was asked: the session runs on
-    [decision] = await store.decisions_for(small.id)
+    assert (await store.runs.get_run(small.run_id)).status == RunStatus.RUNNING  # nobody was asked: the session runs on
+    [decision] = await store.calls.decisions_for(small.id)
     assert (decision.actor, decision.verdict) == ("rule:small-refunds", "approve")
     trail = [(e.action, e.actor) for e in await events(store, small.id)]
     assert trail == [("call.requested", "support-app"), ("call.approved", "rule:small-refunds")]
@@ -107,26 +107,26 @@ async def test_a_gate_call_is_allowed_denied_or_routed_by_the_rules_and_the_reco
     assert big.status == CallStatus.PENDING
     assert (big.approvals_required, big.approver_groups, big.rule_name) == (2, ["finance"], "big-refunds")
     assert big.expires_at is not None and big.expires_at - big.created_at == dt.timedelta(hours=4)
-    assert (await store.get_run(big.run_id)).status == RunStatus.AWAITING_APPROVAL
+    assert (await store.runs.get_run(big.run_id)).status == RunStatus.AWAITING_APPROVAL
 
     unruled = await ask(store, "send_email", {"to": "x@example.com"})
     assert (unruled.status, unruled.rule_name, unruled.approver_groups) == (CallStatus.PENDING, None, None)
 
 
 async def test_only_members_of_the_routed_groups_approve_and_a_quorum_takes_two_of_them(store: Store) -> None:
-    await store.apply_rules(load_rules(RULES), actor=ADMIN)
+    await store.rules.apply_rules(load_rules(RULES), actor=ADMIN)
     big = await ask(store, "refund", {"amount": 900})
 
     for outsider in (ALICE, BOB):
         with pytest.raises(Forbidden, match="only their members may approve"):
-            await store.decide(big.id, Approve(), actor=outsider)
-    first = await store.decide(big.id, Approve(), actor=FINN)
+            await store.calls.decide(big.id, Approve(), actor=outsider)
+    first = await store.calls.decide(big.id, Approve(), actor=FINN)
     assert first.status == CallStatus.PENDING  # one of two
-    second = await store.decide(big.id, Approve(), actor=FAY)
+    second = await store.calls.decide(big.id, Approve(), actor=FAY)
     assert (second.status, second.decided_by) == (CallStatus.APPROVED, "fay")
 
     other = await ask(store, "refund", {"amount": 100})
-    denied = await store.decide(other.id, Deny("not today"), actor=BOB)  # anyone who decides may deny
+    denied = await store.calls.decide(other.id, Deny("not today"), actor=BOB)  # anyone who decides may deny
     assert denied.status == CallStatus.DENIED
 
 
@@ -138,7 +138,7 @@ async def test_precedence_is_deny_over_ask_over_allow(store: Store) -> None:
         parse_rule({"name": "deny-competitor", "tool": "send_email", "when": "args.to.endsWith('@rival.example')",
                     "effect": "deny", "reason": "never write to a competitor"}),
     ]  # fmt: skip
-    await store.apply_rules(rules, actor=ADMIN)
+    await store.rules.apply_rules(rules, actor=ADMIN)
     inside = await ask(store, "send_email", {"to": "a@ours.example"})
     outside = await ask(store, "send_email", {"to": "a@customer.example"})
     rival = await ask(store, "send_email", {"to": "a@rival.example"})
@@ -157,23 +157,23 @@ async def test_our_agents_paused_calls_are_decided_by_rules_and_the_worker_goes_
         parse_rule({"name": "no-deleting-customers", "tool": "delete_*", "effect": "deny",
                     "reason": "Customers are deleted by the data team."}),
     ]  # fmt: skip
-    await store.apply_rules(rules, actor=ADMIN)
+    await store.rules.apply_rules(rules, actor=ADMIN)
     log = tmp_path / "log.txt"
-    run_id = await store.start_run("shop", "refund A-1", actor=ALICE, deps={"log": str(log)})
+    run_id = await store.runs.start_run("shop", "refund A-1", actor=ALICE, deps={"log": str(log)})
     resumer = Resumer(store, AgentRegistry([shop_agent]))
     await resumer.resume(run_id)  # pauses: both calls decided by the rules
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == RunStatus.READY
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
     assert calls["refund"].status == CallStatus.APPROVED and calls["refund"].decided_by == "rule:shop-refunds"
     assert calls["delete_customer"].status == CallStatus.DENIED
-    actions = [e.action for e in (await store.audit_events(run_id=run_id, limit=100)).items]
+    actions = [e.action for e in (await store.audit.audit_events(run_id=run_id, limit=100)).items]
     assert "run.paused" not in actions and "run.ready" in actions
 
     await resumer.resume(run_id)
-    assert (await store.get_run(run_id)).status == RunStatus.COMPLETED
+    assert (await store.runs.get_run(run_id)).status == RunStatus.COMPLETED
     assert log.read_text() == "refund A-1 450\n"  # the refund ran, the deletion did not
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
     assert calls["refund"].status == CallStatus.SUCCEEDED
 
 
@@ -184,10 +184,10 @@ async def test_an_agents_call_routed_by_a_rule_waits_for_the_group(store: Store,
                     "effect": "ask", "groups": ["finance"]}),
         parse_rule({"name": "no-deleting-customers", "tool": "delete_*", "effect": "deny", "reason": "data team"}),
     ]  # fmt: skip
-    await store.apply_rules(rules, actor=ADMIN)
-    run_id = await store.start_run("shop", "refund A-1", actor=ALICE, deps={"log": str(tmp_path / "log.txt")})
+    await store.rules.apply_rules(rules, actor=ADMIN)
+    run_id = await store.runs.start_run("shop", "refund A-1", actor=ALICE, deps={"log": str(tmp_path / "log.txt")})
     await Resumer(store, AgentRegistry([shop_agent])).resume(run_id)
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
     refund = calls["refund"]  # 450: asks finance, one approval
     assert (refund.status, refund.approver_groups, refund.rule_name) == (
         CallStatus.PENDING,
@@ -195,20 +195,20 @@ async def test_an_agents_call_routed_by_a_rule_waits_for_the_group(store: Store,
         "refunds-need-finance",
     )
     assert calls["delete_customer"].status == CallStatus.DENIED
-    assert (await store.get_run(run_id)).status == RunStatus.AWAITING_APPROVAL
+    assert (await store.runs.get_run(run_id)).status == RunStatus.AWAITING_APPROVAL
     with pytest.raises(Forbidden):
-        await store.decide(refund.id, Approve(), actor=BOB)
-    await store.decide(refund.id, Approve(), actor=FINN)
-    assert (await store.get_run(run_id)).status == RunStatus.READY
+        await store.calls.decide(refund.id, Approve(), actor=BOB)
+    await store.calls.decide(refund.id, Approve(), actor=FINN)
+    assert (await store.runs.get_run(run_id)).status == RunStatus.READY
 
 
 async def test_approve_and_remember_allows_the_same_call_in_the_session_and_asks_for_others(store: Store) -> None:
-    await store.apply_rules(load_rules(RULES), actor=ADMIN)
+    await store.rules.apply_rules(load_rules(RULES), actor=ADMIN)
     first = await ask(store, "refund", {"amount": 120, "order_id": "A-1"}, session="s1")
     remember = Remember(RememberScope.SESSION, dt.timedelta(hours=1), pinned=["amount"])
     with pytest.raises(Forbidden):  # not in finance: may not approve it, so may not remember it either
-        await store.approve_and_remember(first.id, remember, actor=ALICE)
-    approved, rule = await store.approve_and_remember(first.id, remember, actor=FINN)
+        await store.rules.approve_and_remember(first.id, remember, actor=ALICE)
+    approved, rule = await store.rules.approve_and_remember(first.id, remember, actor=FINN)
     assert approved.status == CallStatus.APPROVED and approved.decided_by == "finn"
     assert rule.kind is Kind.REMEMBERED and rule.author == "finn" and rule.spec.session == "s1"
     assert rule.spec.when == "args.amount == 120" and rule.spec.tool == ["refund"]
@@ -225,8 +225,8 @@ async def test_approve_and_remember_allows_the_same_call_in_the_session_and_asks
     assert trail == ["rule.remembered"]
 
     with pytest.raises(Forbidden):
-        await store.delete_rule(rule.name, actor=FAY)  # someone else's
-    await store.delete_rule(rule.name, actor=FINN)  # the author revokes it
+        await store.rules.delete_rule(rule.name, actor=FAY)  # someone else's
+    await store.rules.delete_rule(rule.name, actor=FINN)  # the author revokes it
     after = await ask(store, "refund", {"amount": 120, "order_id": "A-3"}, session="s1")
     assert after.status == CallStatus.PENDING
 
@@ -234,7 +234,7 @@ async def test_approve_and_remember_allows_the_same_call_in_the_session_and_asks
 async def test_a_remembered_rule_stops_at_its_expiry(store: Store) -> None:
     first = await ask(store, "send_email", {"to": "a@example.com"})
     remember = Remember(RememberScope.AGENT, dt.timedelta(seconds=1))
-    await store.approve_and_remember(first.id, remember, actor=ALICE)
+    await store.rules.approve_and_remember(first.id, remember, actor=ALICE)
     same = await ask(store, "send_email", {"to": "a@example.com"}, session="another")
     assert same.status == CallStatus.APPROVED  # agent scope: any session
     assert (await ask(store, "send_email", {"to": "b@example.com"})).status == CallStatus.PENDING  # all args pinned
@@ -244,9 +244,11 @@ async def test_a_remembered_rule_stops_at_its_expiry(store: Store) -> None:
 
 
 async def test_nobody_approves_their_own_calls_through_a_rule_they_remembered(store: Store) -> None:
-    first, _ = await store.request_call(gate_request("send_email", {"to": "a@example.com"}), actor=BOB)
-    await store.approve_and_remember(first.id, Remember(RememberScope.AGENT, dt.timedelta(hours=1)), actor=ALICE)
-    mine, _ = await store.request_call(gate_request("send_email", {"to": "a@example.com"}, session="x"), actor=ALICE)
+    first, _ = await store.calls.request_call(gate_request("send_email", {"to": "a@example.com"}), actor=BOB)
+    await store.rules.approve_and_remember(first.id, Remember(RememberScope.AGENT, dt.timedelta(hours=1)), actor=ALICE)
+    mine, _ = await store.calls.request_call(
+        gate_request("send_email", {"to": "a@example.com"}, session="x"), actor=ALICE
+    )
     assert mine.status == CallStatus.PENDING  # ALICE asks: her own rule does not approve for her
 
 
@@ -254,14 +256,14 @@ async def test_a_condition_that_fails_asks_a_person_and_is_noted_on_the_rule_onc
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     rule = parse_rule({"name": "by-region", "tool": "refund", "when": "args.region == 'eu'", "effect": "allow"})
-    await store.save_rule(rule, actor=ADMIN)
+    await store.rules.save_rule(rule, actor=ADMIN)
     with caplog.at_level(logging.WARNING, logger="approvals.policy"):
         first = await ask(store, "refund", {"amount": 1})  # no region: the condition cannot tell
         second = await ask(store, "refund", {"amount": 2})
     assert first.status == CallStatus.PENDING and second.status == CallStatus.PENDING
     assert first.rule_name == "by-region"
     assert len([r for r in caplog.records if "by-region" in r.getMessage()]) == 1
-    stored = await store.get_rule("by-region")
+    stored = await store.rules.get_rule("by-region")
     assert stored.last_error is not None and "region" in stored.last_error
     requested = (await events(store, first.id))[0]
     assert requested.details["policy"]["failures"][0]["rule"] == "by-region"
@@ -271,29 +273,29 @@ async def test_a_condition_that_fails_asks_a_person_and_is_noted_on_the_rule_onc
 
 async def test_rules_are_versioned_and_apply_is_idempotent(store: Store) -> None:
     specs = load_rules(RULES)
-    first = await store.apply_rules(specs, actor=ADMIN)
+    first = await store.rules.apply_rules(specs, actor=ADMIN)
     assert sorted(spec.name for spec in first.created) == sorted(spec.name for spec in specs)
-    again = await store.apply_rules(specs, actor=ADMIN)
+    again = await store.rules.apply_rules(specs, actor=ADMIN)
     assert again.empty and sorted(again.unchanged) == sorted(spec.name for spec in specs)
 
     changed = load_rules(RULES.replace("when: args.amount < 50\n", "when: args.amount < 80\n"))
-    diff = await store.apply_rules(changed, actor=ADMIN, dry_run=True)
+    diff = await store.rules.apply_rules(changed, actor=ADMIN, dry_run=True)
     assert [c.name for _, c in diff.changed] == ["small-refunds"]
-    assert (await store.get_rule("small-refunds")).version == 1  # a dry run writes nothing
-    await store.apply_rules(changed, actor=ADMIN)
-    versions = await store.rule_versions("small-refunds")
+    assert (await store.rules.get_rule("small-refunds")).version == 1  # a dry run writes nothing
+    await store.rules.apply_rules(changed, actor=ADMIN)
+    versions = await store.rules.rule_versions("small-refunds")
     assert [v.version for v in versions] == [2, 1] and versions[0].spec.when == "args.amount < 80"
     assert (await ask(store, "refund", {"amount": 30})).rule_version == 2
 
-    pruned = await store.apply_rules(changed[:1], actor=ADMIN, prune=True)
+    pruned = await store.rules.apply_rules(changed[:1], actor=ADMIN, prune=True)
     assert sorted(pruned.removed) == ["big-refunds", "no-deleting-customers", "refunds-need-finance"]
-    assert [rule.name for rule in await store.list_rules()] == ["small-refunds"]
+    assert [rule.name for rule in await store.rules.list_rules()] == ["small-refunds"]
     with pytest.raises(Forbidden):
-        await store.apply_rules(specs, actor=ALICE)
+        await store.rules.apply_rules(specs, actor=ALICE)
 
 
 async def test_a_rules_file_with_an_error_changes_nothing(store: Store) -> None:
-    await store.apply_rules(load_rules(RULES), actor=ADMIN)
+    await store.rules.apply_rules(load_rules(RULES), actor=ADMIN)
     broken = RULES.replace("args.amount >= 500", "args.amount >= ") + "\n  - name: Bad Name\n    effect: allow\n"
     with pytest.raises(InvalidRule) as raised:
         load_rules(broken)
@@ -306,23 +308,23 @@ async def test_a_rules_file_with_an_error_changes_nothing(store: Store) -> None:
 
 async def test_enable_disable_and_delete_keep_every_version(store: Store) -> None:
     spec = parse_rule({"name": "emails", "tool": "send_email", "effect": "allow"})
-    await store.save_rule(spec, actor=ADMIN)
-    assert (await store.save_rule(spec, actor=ADMIN)).version == 1  # unchanged: nothing written
-    await store.set_rule_enabled("emails", False, actor=ADMIN)
+    await store.rules.save_rule(spec, actor=ADMIN)
+    assert (await store.rules.save_rule(spec, actor=ADMIN)).version == 1  # unchanged: nothing written
+    await store.rules.set_rule_enabled("emails", False, actor=ADMIN)
     assert (await ask(store, "send_email", {"to": "a@b.example"})).status == CallStatus.PENDING
-    await store.set_rule_enabled("emails", True, actor=ADMIN)
+    await store.rules.set_rule_enabled("emails", True, actor=ADMIN)
     assert (await ask(store, "send_email", {"to": "b@b.example"})).status == CallStatus.APPROVED
     with pytest.raises(Conflict, match="version 3"):
-        await store.save_rule(spec.model_copy(update={"reason": "x"}), actor=ADMIN, expected_version=1)
-    await store.delete_rule("emails", actor=ADMIN)
+        await store.rules.save_rule(spec.model_copy(update={"reason": "x"}), actor=ADMIN, expected_version=1)
+    await store.rules.delete_rule("emails", actor=ADMIN)
     with pytest.raises(NotFound):
-        await store.delete_rule("emails", actor=ADMIN)
-    assert [v.version for v in await store.rule_versions("emails")] == [4, 3, 2, 1]
-    assert (await store.rule_versions("emails"))[0].deleted
+        await store.rules.delete_rule("emails", actor=ADMIN)
+    assert [v.version for v in await store.rules.rule_versions("emails")] == [4, 3, 2, 1]
+    assert (await store.rules.rule_versions("emails"))[0].deleted
     actions = [e.action for e in await events(store, "emails")]
     assert actions == ["rule.created", "rule.disabled", "rule.enabled", "rule.deleted"]
     with pytest.raises(Forbidden):
-        await store.save_rule(spec, actor=ALICE)
+        await store.rules.save_rule(spec, actor=ALICE)
 
 
 async def test_a_dry_run_shows_what_a_rule_would_have_decided_over_past_calls(store: Store) -> None:
@@ -330,32 +332,34 @@ async def test_a_dry_run_shows_what_a_rule_would_have_decided_over_past_calls(st
         await ask(store, "refund", {"amount": amount})
     await ask(store, "send_email", {"to": "a@example.com"})
     spec = parse_rule({"name": "tiny", "tool": "refund", "when": "args.amount < 100", "effect": "allow"})
-    dry = await store.dry_run_rule(spec, limit=10)
+    dry = await store.rules.dry_run_rule(spec, limit=10)
     by_args = {(row.tool, str(row.args)): row for row in dry.rows}
     assert len(dry.rows) == 4 and dry.matched == 2
     assert by_args[("refund", "{'amount': 10}")].rule.effect == "allow"
     assert by_args[("refund", "{'amount': 700}")].rule.effect is None
     assert all(row.status == CallStatus.PENDING for row in dry.rows)  # what actually happened: they all asked
-    assert (await store.list_rules()) == []  # nothing saved
+    assert (await store.rules.list_rules()) == []  # nothing saved
     with pytest.raises(UserError):
-        await store.dry_run_rule(spec, limit=0)
+        await store.rules.dry_run_rule(spec, limit=0)
 
 
 async def test_a_remembered_rule_never_stands_in_for_a_quorum_the_tool_asks(store: Store) -> None:
     request = CallRequest(
         engine="gate", source="support-app", session_id="q", tool_name="wire", args={"to": "x"}, approvals_required=2
     )
-    call, _ = await store.request_call(validate_request(request), actor=SERVICE)
+    call, _ = await store.calls.request_call(validate_request(request), actor=SERVICE)
     with pytest.raises(UserError, match="several approvals"):
-        await store.approve_and_remember(call.id, Remember(RememberScope.AGENT, dt.timedelta(hours=1)), actor=ALICE)
+        await store.rules.approve_and_remember(
+            call.id, Remember(RememberScope.AGENT, dt.timedelta(hours=1)), actor=ALICE
+        )
     async with store.db.read() as session:
         assert (await session.scalars(select(DecisionRow))).all() == []  # nothing approved either
 
 
 async def test_a_stored_rule_that_no_longer_reads_asks_a_person_for_its_calls_and_says_why(store: Store) -> None:
     """A CEL release that refuses a saved condition, or a row edited by hand, must not stop every call."""
-    await store.save_rule(parse_rule({"name": "refunds", "tool": "refund", "effect": "allow"}), actor=ADMIN)
-    await store.save_rule(parse_rule({"name": "emails", "tool": "send_email", "effect": "allow"}), actor=ADMIN)
+    await store.rules.save_rule(parse_rule({"name": "refunds", "tool": "refund", "effect": "allow"}), actor=ADMIN)
+    await store.rules.save_rule(parse_rule({"name": "emails", "tool": "send_email", "effect": "allow"}), actor=ADMIN)
     async with store.db.write() as session:
         row = await session.scalar(select(PolicyRuleRow).where(PolicyRuleRow.name == "refunds"))
         assert row is not None
@@ -364,7 +368,7 @@ async def test_a_stored_rule_that_no_longer_reads_asks_a_person_for_its_calls_an
     email = await ask(store, "send_email", {"to": "a@b.example"})
     assert (refund.status, refund.rule_name) == (CallStatus.PENDING, "refunds")
     assert email.status == CallStatus.APPROVED  # the other rules still decide
-    [broken] = [rule for rule in await store.list_rules() if rule.name == "refunds"]
+    [broken] = [rule for rule in await store.rules.list_rules() if rule.name == "refunds"]
     assert broken.last_error is not None and "no longer reads as a rule" in broken.last_error
 
 
@@ -375,14 +379,14 @@ async def test_a_worker_pausing_by_rules_another_process_changed_decides_by_the_
     since is read and applied before the run pauses."""
     worker, admin = Store(Database(db_url)), Store(Database(db_url))
     try:
-        first = await worker.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
+        first = await worker.runs.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
         await Resumer(worker, AgentRegistry([shop_agent])).resume(first)  # holds the (empty) rules from here on
-        assert {c.status for c in await worker.run_calls(first)} == {CallStatus.PENDING}
+        assert {c.status for c in await worker.calls.run_calls(first)} == {CallStatus.PENDING}
         deny = parse_rule({"name": "no-deleting", "tool": "delete_*", "effect": "deny", "reason": "data team"})
-        await admin.save_rule(deny, actor=ADMIN)  # another process: the worker's store hears nothing of it
-        second = await worker.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
+        await admin.rules.save_rule(deny, actor=ADMIN)  # another process: the worker's store hears nothing of it
+        second = await worker.runs.start_run("shop", "refund", actor=ALICE, deps={"log": str(tmp_path / "log")})
         await Resumer(worker, AgentRegistry([shop_agent])).resume(second)
-        calls = {c.tool_name: c for c in await worker.run_calls(second)}
+        calls = {c.tool_name: c for c in await worker.calls.run_calls(second)}
         assert calls["delete_customer"].status == CallStatus.DENIED
         assert calls["refund"].status == CallStatus.PENDING
     finally:

@@ -45,9 +45,9 @@ def logged(tmp_path: Path) -> list[str]:
 
 
 async def paused_shop_run(store: Store, tmp_path: Path) -> str:
-    run_id = await store.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("pai-shop", "Refund A-1", actor=STARTER, deps={"log": str(tmp_path / "log")})
     assert await Resumer(store, registry()).resume(run_id) == run_id
-    assert (await store.get_run(run_id)).status == "awaiting_approval"
+    assert (await store.runs.get_run(run_id)).status == "awaiting_approval"
     return run_id
 
 
@@ -56,10 +56,10 @@ async def test_a_pydantic_ai_run_pauses_with_its_call_stored_and_its_history_in_
 ) -> None:
     run_id = await paused_shop_run(store, tmp_path)
     assert logged(tmp_path) == ["lookup A-1"]  # the safe tool ran; the refund waits
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert (call.tool_name, call.args, call.status) == ("refund", {"order_id": "A-1", "amount_cents": 450}, "pending")
     assert call.args_digest == ApprovalService.args_digest(call.args)
-    definition = await store.tool_definition(call.tool_version)
+    definition = await store.calls.tool_definition(call.tool_version)
     assert definition.parameters_json_schema["properties"]["amount_cents"] == {
         "exclusiveMinimum": 0,
         "maximum": 100000,
@@ -70,26 +70,26 @@ async def test_a_pydantic_ai_run_pauses_with_its_call_stored_and_its_history_in_
     async with store.db.read() as session:
         rows = (await session.execute(select(MessageRow).where(MessageRow.run_id == run_id))).scalars().all()
     assert {row.format_version for row in rows} == {PYDANTIC_AI_FORMAT}
-    history: list[Any] = list(await store.load_history(run_id))
+    history: list[Any] = list(await store.runs.load_history(run_id))
     assert ModelMessagesTypeAdapter.validate_python(ModelMessagesTypeAdapter.dump_python(history)) == history
     assert history[0].instructions == "You help customers of the shop."  # pydantic-ai's own field, kept
 
 
 async def test_approval_required_and_call_deferred_wait_with_quorum_and_reason(store: Store, tmp_path: Path) -> None:
-    run_id = await store.start_run("pai-big", "Refund B-9", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("pai-big", "Refund B-9", actor=STARTER, deps={"log": str(tmp_path / "log")})
     await Resumer(store, registry()).resume(run_id)
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
     assert set(calls) == {"refund_big", "ask_customer"}
     assert (calls["refund_big"].approvals_required, calls["refund_big"].reason) == (2, "over 500.00")
     assert calls["refund_big"].idempotent
     assert calls["ask_customer"].reason == "a person asks the customer"
 
-    await store.decide(calls["refund_big"].id, Approve(), actor=ALICE)
-    await store.decide(calls["ask_customer"].id, Answer(content="It arrived broken."), actor=ALICE)
+    await store.calls.decide(calls["refund_big"].id, Approve(), actor=ALICE)
+    await store.calls.decide(calls["ask_customer"].id, Answer(content="It arrived broken."), actor=ALICE)
     assert await Resumer(store, registry()).resume() is None  # one approval of two: still waiting
-    await store.decide(calls["refund_big"].id, Approve(), actor=BOB)
+    await store.calls.decide(calls["refund_big"].id, Approve(), actor=BOB)
     await Resumer(store, registry()).resume(run_id)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
     assert "refund_big=success:refunded 90000 on B-9" in run.output
     assert "ask_customer=success:It arrived broken." in run.output
@@ -99,10 +99,10 @@ async def test_approval_required_and_call_deferred_wait_with_quorum_and_reason(s
 async def test_the_stored_history_continues_in_pydantic_ai_itself(store: Store, tmp_path: Path) -> None:
     """What the store keeps is a pydantic-ai history: pydantic-ai alone can carry on from it."""
     run_id = await paused_shop_run(store, tmp_path)
-    (call,) = await store.run_calls(run_id)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    (call,) = await store.calls.run_calls(run_id)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
     await Resumer(store, registry()).resume(run_id)
-    history: list[Any] = list(await store.load_history(run_id))
+    history: list[Any] = list(await store.runs.load_history(run_id))
     assert isinstance(history[-2], ModelRequest)
     assert any(isinstance(p, ToolReturnPart) and p.tool_name == "refund" for p in history[-2].parts)
     follow_up = await agents.shop.run("Thanks!", message_history=history, deps={})
@@ -124,18 +124,20 @@ def test_a_pydantic_ai_agent_registers_wrapped_once_and_by_import_path() -> None
 
 
 async def test_a_call_left_past_its_time_expires_as_a_denial_the_model_reads(store: Store, tmp_path: Path) -> None:
-    run_id = await store.start_run("pai-reminders", "Remind Ann", actor=STARTER, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run(
+        "pai-reminders", "Remind Ann", actor=STARTER, deps={"log": str(tmp_path / "log")}
+    )
     await Resumer(store, registry()).resume(run_id)
-    (call,) = await store.run_calls(run_id)
+    (call,) = await store.calls.run_calls(run_id)
     assert call.expires_at is not None
     assert call.expires_at - call.created_at == dt.timedelta(seconds=0.2)  # the tool's own `approval_ttl`
-    await store.expire(now=call.expires_at + dt.timedelta(seconds=1))
-    assert (await store.get_call(call.id)).status == "expired"
+    await store.calls.expire(now=call.expires_at + dt.timedelta(seconds=1))
+    assert (await store.calls.get_call(call.id)).status == "expired"
     await Resumer(store, registry()).resume(run_id)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
     assert "send_reminder=denied:" in run.output
     assert logged(tmp_path) == []
-    actions = [e.action for e in (await store.audit_events(run_id=run_id, newest_first=False)).items]
+    actions = [e.action for e in (await store.audit.audit_events(run_id=run_id, newest_first=False)).items]
     assert actions[:3] == ["run.started", "run.resumed", "call.requested"]
     assert "call.expired" in actions and actions[-1] == "run.completed"

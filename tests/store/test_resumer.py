@@ -67,17 +67,17 @@ def tool_log(tmp_path: Path) -> list[str]:
 
 
 async def test_paused_in_one_process_resumed_in_another(store: Store, db_url: str, tmp_path: Path) -> None:
-    run_id = await store.start_run("shop", "refund and delete", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("shop", "refund and delete", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     first = resume_in_subprocess(db_url, run_id)
     assert first.returncode == 0, first.stderr
-    assert (await store.get_run(run_id)).status == "awaiting_approval"
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
-    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
-    await store.decide(calls["delete_customer"].id, Deny(reason="Keep the customer."), actor=ALICE)
+    assert (await store.runs.get_run(run_id)).status == "awaiting_approval"
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
+    await store.calls.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.calls.decide(calls["delete_customer"].id, Deny(reason="Keep the customer."), actor=ALICE)
 
     second = resume_in_subprocess(db_url, run_id)
     assert second.returncode == 0, second.stderr
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed"
     assert "delete_customer was denied (Keep the customer.)" in run.output
     assert tool_log(tmp_path) == ["refund A-1 450"]
@@ -87,12 +87,12 @@ async def test_two_workers_race_for_one_run_and_exactly_one_executes(db_url: str
     databases = [Database(db_url), Database(db_url)]
     stores = [Store(d) for d in databases]
     try:
-        run_id = await stores[0].start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+        run_id = await stores[0].runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
         await Resumer(stores[0], registry()).resume(run_id)
-        calls = {c.tool_name: c for c in await stores[0].run_calls(run_id)}
-        await stores[0].decide(calls["refund"].id, Approve(), actor=ALICE)
-        await stores[0].decide(calls["delete_customer"].id, Approve(), actor=ALICE)
-        await stores[1].decide(calls["delete_customer"].id, Approve(), actor=BOB)
+        calls = {c.tool_name: c for c in await stores[0].calls.run_calls(run_id)}
+        await stores[0].calls.decide(calls["refund"].id, Approve(), actor=ALICE)
+        await stores[0].calls.decide(calls["delete_customer"].id, Approve(), actor=ALICE)
+        await stores[1].calls.decide(calls["delete_customer"].id, Approve(), actor=BOB)
 
         claimed: list[str | None] = []
 
@@ -104,51 +104,51 @@ async def test_two_workers_race_for_one_run_and_exactly_one_executes(db_url: str
             group.start_soon(work, 1)
         assert sorted(claimed, key=str) == sorted([run_id, None], key=str)
         assert sorted(tool_log(tmp_path)) == ["delete 7", "refund A-1 450"]  # each approved call ran once
-        assert (await stores[0].get_run(run_id)).status == "completed"
+        assert (await stores[0].runs.get_run(run_id)).status == "completed"
     finally:
         for database in databases:
             await database.dispose()
 
 
 async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path: Path) -> None:
-    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
-    claimed = await store.claim("slow-worker", lease_seconds=0.2)
+    run_id = await store.runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    claimed = await store.runs.claim("slow-worker", lease_seconds=0.2)
     assert claimed is not None and claimed.run_id == run_id
     await anyio.sleep(0.3)
-    assert await store.claim("fast-worker", lease_seconds=60) is not None
+    assert await store.runs.claim("fast-worker", lease_seconds=60) is not None
     late = [ModelRequest(parts=[UserPromptPart(content="late")])]
     with pytest.raises(LeaseLost):
-        await store.append_step(run_id, "slow-worker", late)
+        await store.runs.append_step(run_id, "slow-worker", late)
     with pytest.raises(LeaseLost):
-        await store.mark_executing(run_id, "slow-worker", ["call-1"])
+        await store.runs.mark_executing(run_id, "slow-worker", ["call-1"])
     with pytest.raises(LeaseLost):
-        await store.pause(run_id, "slow-worker", late, DeferredToolRequests())
+        await store.runs.pause(run_id, "slow-worker", late, DeferredToolRequests())
     with pytest.raises(LeaseLost):
-        await store.finish(run_id, "slow-worker", late, output="late")
-    assert await store.load_history(run_id) == []  # nothing the slow worker sent was kept
-    assert (await store.get_run(run_id)).lease_owner == "fast-worker"
+        await store.runs.finish(run_id, "slow-worker", late, output="late")
+    assert await store.runs.load_history(run_id) == []  # nothing the slow worker sent was kept
+    assert (await store.runs.get_run(run_id)).lease_owner == "fast-worker"
     assert connections_in_use(store) == 0
 
 
 async def test_an_admin_cancels_a_run_a_worker_holds_and_every_later_write_of_the_worker_is_refused(
     store: Store, tmp_path: Path
 ) -> None:
-    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await Resumer(store, registry()).resume(run_id)
-    calls = {c.tool_name: c for c in await store.run_calls(run_id)}
-    await store.decide(calls["refund"].id, Approve(), actor=ALICE)
-    await store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=ALICE)
-    claimed = await store.claim("w1", run_id=run_id)
+    calls = {c.tool_name: c for c in await store.calls.run_calls(run_id)}
+    await store.calls.decide(calls["refund"].id, Approve(), actor=ALICE)
+    await store.calls.decide(calls["delete_customer"].id, Deny(reason="no"), actor=ALICE)
+    claimed = await store.runs.claim("w1", run_id=run_id)
     assert claimed is not None and claimed.executing  # the refund is executing: its tool may be running
-    history = await store.load_history(run_id)
+    history = await store.runs.load_history(run_id)
 
-    await store.cancel_run(run_id, actor=ADMIN, reason="wrong customer")
+    await store.runs.cancel_run(run_id, actor=ADMIN, reason="wrong customer")
 
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.status, run.error, run.lease_owner, run.lease_expires_at) == ("cancelled", "wrong customer", None, None)
-    statuses = {c.tool_name: c.status for c in await store.run_calls(run_id)}
+    statuses = {c.tool_name: c.status for c in await store.calls.run_calls(run_id)}
     assert statuses == {"refund": "outcome_unknown", "delete_customer": "denied"}
-    events = (await store.audit_events(run_id=run_id, newest_first=False)).items
+    events = (await store.audit.audit_events(run_id=run_id, newest_first=False)).items
     assert [(e.action, e.actor, e.subject_id) for e in events[-2:]] == [
         ("run.cancelled", "ada", run_id),
         ("call.outcome_unknown", "ada", calls["refund"].id),
@@ -158,36 +158,38 @@ async def test_an_admin_cancels_a_run_a_worker_holds_and_every_later_write_of_th
     late = [ModelRequest(parts=[UserPromptPart(content="late")])]
     late_result = (CallStatus.SUCCEEDED, "late")
     writes: list[Callable[[], Awaitable[None]]] = [
-        lambda: store.append_step(run_id, "w1", late),
-        lambda: store.mark_executing(run_id, "w1", list(claimed.executing)),
-        lambda: store.pause(run_id, "w1", late, DeferredToolRequests()),
-        lambda: store.finish(run_id, "w1", late, output="late", results=dict.fromkeys(claimed.executing, late_result)),
-        lambda: store.renew_lease(run_id, "w1"),
+        lambda: store.runs.append_step(run_id, "w1", late),
+        lambda: store.runs.mark_executing(run_id, "w1", list(claimed.executing)),
+        lambda: store.runs.pause(run_id, "w1", late, DeferredToolRequests()),
+        lambda: store.runs.finish(
+            run_id, "w1", late, output="late", results=dict.fromkeys(claimed.executing, late_result)
+        ),
+        lambda: store.runs.renew_lease(run_id, "w1"),
     ]
     for write in writes:
         with pytest.raises(LeaseLost) as lost:
             await write()
         assert lost.value.status == "cancelled"
-    assert await store.load_history(run_id) == history  # nothing the worker sent was kept
-    assert (await store.get_run(run_id)).status == "cancelled"
-    assert (await store.get_call(calls["refund"].id)).status == "outcome_unknown"
-    assert len((await store.audit_events(run_id=run_id)).items) == len(events)
+    assert await store.runs.load_history(run_id) == history  # nothing the worker sent was kept
+    assert (await store.runs.get_run(run_id)).status == "cancelled"
+    assert (await store.calls.get_call(calls["refund"].id)).status == "outcome_unknown"
+    assert len((await store.audit.audit_events(run_id=run_id)).items) == len(events)
 
-    settled = await store.decide(calls["refund"].id, Answer(content="Refunded in the payment system."), actor=BOB)
+    settled = await store.calls.decide(calls["refund"].id, Answer(content="Refunded in the payment system."), actor=BOB)
     assert settled.status == "answered"  # a person settles it; the run stays cancelled
-    assert (await store.get_run(run_id)).status == "cancelled"
+    assert (await store.runs.get_run(run_id)).status == "cancelled"
     assert connections_in_use(store) == 0
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_a_worker_inside_a_slow_tool_stops_when_its_run_is_cancelled(store: Store, db_url: str) -> None:
     gate = Gate()
     agents = AgentRegistry()
     agents.register(slow_agent, deps_factory=lambda _data: gate)
-    run_id = await store.start_run("slow", "transfer 5", actor=SERVICE)
+    run_id = await store.runs.start_run("slow", "transfer 5", actor=SERVICE)
     await Resumer(store, agents).resume(run_id)
-    [call] = await store.run_calls(run_id)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    [call] = await store.calls.run_calls(run_id)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
     worker_db = Database(db_url)  # the worker's own connections, as in another process
     worker_store = Store(worker_db)
     refused = record_refused_writes(worker_store)
@@ -201,22 +203,22 @@ async def test_a_worker_inside_a_slow_tool_stops_when_its_run_is_cancelled(store
             group.start_soon(work)
             with anyio.fail_after(20):
                 await gate.entered.wait()  # the worker holds the run, inside the tool
-            assert (await store.get_call(call.id)).status == "executing"
-            history = await store.load_history(run_id)
+            assert (await store.calls.get_call(call.id)).status == "executing"
+            history = await store.runs.load_history(run_id)
 
-            await store.cancel_run(run_id, actor=ADMIN, reason="customer called")
+            await store.runs.cancel_run(run_id, actor=ADMIN, reason="customer called")
 
-            assert (await store.get_run(run_id)).status == "cancelled"
-            assert (await store.get_call(call.id)).status == "outcome_unknown"
+            assert (await store.runs.get_run(run_id)).status == "cancelled"
+            assert (await store.calls.get_call(call.id)).status == "outcome_unknown"
             gate.opened.set()  # the tool returns; the worker tries to store its result
     finally:
         await worker_db.dispose()
     assert resumed == [run_id]  # the worker stopped and came back, without an error
     assert [lost.status for lost in refused] == ["cancelled"]  # its next write was refused, and it wrote no more
-    assert await store.load_history(run_id) == history
-    stored = await store.get_call(call.id)
+    assert await store.runs.load_history(run_id) == history
+    stored = await store.calls.get_call(call.id)
     assert (stored.status, stored.result) == ("outcome_unknown", None)
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert (run.status, run.error, run.output) == ("cancelled", "customer called", None)
 
 
@@ -233,14 +235,14 @@ async def test_worker_wakes_on_a_decision_without_polling(db_url: str, tmp_path:
             )
             await anyio.sleep(0.2)  # the worker is listening
             with anyio.fail_after(20):  # far below the hour-long poll interval
-                run_id = await reviewer_store.start_run(
+                run_id = await reviewer_store.runs.start_run(
                     "mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")}
                 )
-                while (await reviewer_store.get_run(run_id)).status != "awaiting_approval":
+                while (await reviewer_store.runs.get_run(run_id)).status != "awaiting_approval":
                     await anyio.sleep(0.02)
-                [call] = await reviewer_store.run_calls(run_id)
-                await reviewer_store.decide(call.id, Approve(), actor=ALICE)
-                while (await reviewer_store.get_run(run_id)).status != "completed":
+                [call] = await reviewer_store.calls.run_calls(run_id)
+                await reviewer_store.calls.decide(call.id, Approve(), actor=ALICE)
+                while (await reviewer_store.runs.get_run(run_id)).status != "completed":
                     await anyio.sleep(0.02)
             stop.set()
         assert tool_log(tmp_path) == ["email ann@example.com"]
@@ -259,14 +261,14 @@ async def test_deps_are_stored_as_data_and_built_by_the_agents_factory(store: St
 
     agents = AgentRegistry()
     agents.register(email_agent, deps_factory=factory)
-    run_id = await store.start_run("mailer", "mail", actor=SERVICE, deps={"mailbox": "support"})
+    run_id = await store.runs.start_run("mailer", "mail", actor=SERVICE, deps={"mailbox": "support"})
     await Resumer(store, agents).resume(run_id)
-    [call] = await store.run_calls(run_id)
-    await store.decide(call.id, Approve(), actor=ALICE)
+    [call] = await store.calls.run_calls(run_id)
+    await store.calls.decide(call.id, Approve(), actor=ALICE)
     await Resumer(store, agents).resume(run_id)
     assert built == [{"mailbox": "support"}, {"mailbox": "support"}]  # rebuilt from data at every resume
     assert tool_log(tmp_path) == ["email ann@example.com"]
-    assert (await store.get_run(run_id)).deps == {"mailbox": "support"}
+    assert (await store.runs.get_run(run_id)).deps == {"mailbox": "support"}
 
 
 async def test_a_worker_resumes_from_the_history_it_holds_and_reads_what_others_added(store: Store) -> None:
@@ -287,11 +289,11 @@ async def test_a_worker_resumes_from_the_history_it_holds_and_reads_what_others_
     agent: Agent[None] = Agent(FunctionModel(ask_twice), name="twice", tools=[Tool(act, requires_approval=True)])
     a = Resumer(store, AgentRegistry([agent]), worker_id="a")
     b = Resumer(store, AgentRegistry([agent]), worker_id="b")
-    run_id = await store.start_run("twice", "go", actor=SERVICE)
+    run_id = await store.runs.start_run("twice", "go", actor=SERVICE)
 
     async def approve() -> None:
-        [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
-        await store.decide(call.id, Approve(), actor=ALICE)
+        [call] = [c for c in await store.calls.run_calls(run_id) if c.status == "pending"]
+        await store.calls.decide(call.id, Approve(), actor=ALICE)
 
     await a.resume(run_id)
     assert a.histories.known() == {run_id: 2}
@@ -299,9 +301,9 @@ async def test_a_worker_resumes_from_the_history_it_holds_and_reads_what_others_
     await b.resume(run_id)
     await approve()
     await a.resume(run_id)  # holds 2 messages; the claim sends the rest
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run.status == "completed", run.error
-    stored = await store.load_history(run_id)
+    stored = await store.runs.load_history(run_id)
     assert seen == [1, 3, 5]  # the model saw the whole history every time
     assert [m.kind for m in stored] == ["request", "response"] * 3
     assert run.message_count == len(stored) and a.histories.known() == {}
@@ -367,12 +369,12 @@ async def test_usage_limits_and_run_step_hold_across_pauses_whether_the_worker_h
         FunctionModel(ask), name="counted", tools=[Tool(act, requires_approval=True)], usage_limits=limits
     )
     worker = Resumer(store, AgentRegistry([agent]), worker_id="w")
-    run_id = await store.start_run("counted", "go", actor=SERVICE)
+    run_id = await store.runs.start_run("counted", "go", actor=SERVICE)
     await worker.resume(run_id)
-    while (run := await store.get_run(run_id)).status == "awaiting_approval":
+    while (run := await store.runs.get_run(run_id)).status == "awaiting_approval":
         assert worker.histories.known() == {run_id: run.message_count}
-        [call] = [c for c in await store.run_calls(run_id) if c.status == "pending"]
-        await store.decide(call.id, Approve(), actor=ALICE)
+        [call] = [c for c in await store.calls.run_calls(run_id) if c.status == "pending"]
+        await store.calls.decide(call.id, Approve(), actor=ALICE)
         if not warm:
             worker = Resumer(store, AgentRegistry([agent]), worker_id="w")  # holds nothing of the run
         await worker.resume(run_id)

@@ -66,9 +66,9 @@ async def test_direct_statements_store_what_sqlalchemy_stores(tmp_path: Path, mo
     upgrade(f"sqlite:///{original}")
     database = Database(f"sqlite:///{original}")
     store = Store(database)
-    run_id = await store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await store.runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await Resumer(store, AgentRegistry([shop_agent])).resume(run_id)
-    calls = {call.tool_name: call for call in await store.run_calls(run_id)}
+    calls = {call.tool_name: call for call in await store.calls.run_calls(run_id)}
     await database.dispose()
     monkeypatch.setattr(claims, "utcnow", lambda: NOW)  # the claim's clock, the same for both
     refund = calls["refund"]
@@ -99,13 +99,13 @@ async def test_direct_statements_store_what_sqlalchemy_stores(tmp_path: Path, mo
             now=NOW,
         )
         await run(copy, lambda tx: apply_write(tx, finish))
-        assert (await copy.verify_audit()).ok
+        assert (await copy.audit.verify_audit()).ok
         await db.dispose()
 
     direct, reference = tmp_path / "direct.db", tmp_path / "sqlalchemy.db"
     shutil.copy(original, direct)
     shutil.copy(original, reference)
-    await decide_claim_and_finish(direct, lambda store, body: store.run_statements(body))
+    await decide_claim_and_finish(direct, lambda store, body: store.runs.run_statements(body))
     await decide_claim_and_finish(reference, through_sqlalchemy)
 
     stored, expected = table_rows(direct), table_rows(reference)
@@ -117,14 +117,14 @@ async def test_in_lists_of_any_length_bind_every_item(store: Store) -> None:
     if not store.db.is_sqlite:
         pytest.skip("DirectConnection is SQLite's")
     for index in range(3):
-        await store.start_run("shop", f"run {index}", actor=SERVICE)
+        await store.runs.start_run("shop", f"run {index}", actor=SERVICE)
     for agents in ([], ["nobody"], ["shop"], ["nobody", "else", "shop"]):
         ask = Claim("w1", 60.0, None, agents, {})
 
         def claim(tx: Tx, ask: Claim = ask) -> object:
             return claim_oldest(tx, ask)
 
-        claimed = await store.run_statements(claim)
+        claimed = await store.runs.run_statements(claim)
         assert (claimed is not None) == ("shop" in agents), agents
 
 
@@ -134,7 +134,7 @@ async def test_an_insert_that_leaves_out_a_column_gets_its_python_default(store:
             insert(RunRow), [{"id": "r1", "agent_name": "shop", "status": RunStatus.READY, "started_by": "svc"}]
         )
 
-    await store.run_statements(add_run)
-    run = await store.get_run("r1")
+    await store.runs.run_statements(add_run)
+    run = await store.runs.get_run("r1")
     assert run.message_count == 0
     assert abs((run.created_at - dt.datetime.now(dt.UTC)).total_seconds()) < 60

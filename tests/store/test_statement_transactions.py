@@ -1,4 +1,4 @@
-"""`Store.run_statements`: a transaction of plain statements (on SQLite, on the caller's thread when it can).
+"""`StoreBase.run_statements`: a transaction of plain statements (on SQLite, on the caller's thread when it can).
 
 What the hot path relies on: all or nothing with its audit events, a cancelled caller
 that still sees its transaction through, writers in one process that take turns
@@ -47,7 +47,7 @@ def set_prompt(tx: Tx, run_id: str, prompt: str) -> None:
 
 
 async def test_a_body_that_raises_writes_nothing_not_even_its_audit_events(store: Store) -> None:
-    run_id = await store.start_run("agent", "before", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "before", actor=SYSTEM)
     events = await audit_count(store)
 
     def fails(tx: Tx) -> None:
@@ -55,16 +55,16 @@ async def test_a_body_that_raises_writes_nothing_not_even_its_audit_events(store
         raise RuntimeError("the body failed halfway")
 
     with pytest.raises(RuntimeError, match="halfway"):
-        await store.run_statements(fails)
+        await store.runs.run_statements(fails)
     assert await prompt_of(store, run_id) == "before"
     assert await audit_count(store) == events
-    await store.run_statements(lambda tx: set_prompt(tx, run_id, "later"))  # nothing left locked
+    await store.runs.run_statements(lambda tx: set_prompt(tx, run_id, "later"))  # nothing left locked
     assert await prompt_of(store, run_id) == "later"
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_a_cancelled_caller_waits_for_its_transaction_to_commit(store: Store) -> None:
-    run_id = await store.start_run("agent", "before", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "before", actor=SYSTEM)
     started = threading.Event()
     postgres = store.db.is_postgres
 
@@ -80,7 +80,7 @@ async def test_a_cancelled_caller_waits_for_its_transaction_to_commit(store: Sto
         if store.db.is_sqlite:  # so the write cannot start at once and goes to a worker thread
             release = await stack.enter_async_context(another_process_writing(store))
         async with anyio.create_task_group() as group:
-            group.start_soon(store.run_statements, slow)
+            group.start_soon(store.runs.run_statements, slow)
             if store.db.is_sqlite:
                 await anyio.sleep(0.2)
                 await release()
@@ -88,7 +88,7 @@ async def test_a_cancelled_caller_waits_for_its_transaction_to_commit(store: Sto
             assert await prompt_of(store, run_id) == "before"  # cancelled mid-transaction
             group.cancel_scope.cancel()
     assert await prompt_of(store, run_id) == "committed"
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok
 
 
 @asynccontextmanager
@@ -127,19 +127,19 @@ def prompt_setter(run_id: str, threads: list[int]) -> Callable[[Tx], None]:
 
 async def test_a_write_runs_on_the_callers_thread_when_the_lock_is_free(store: Store) -> None:
     sqlite_only(store)
-    run_id = await store.start_run("agent", "before", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "before", actor=SYSTEM)
     threads: list[int] = []
-    await store.run_statements(prompt_setter(run_id, threads))
+    await store.runs.run_statements(prompt_setter(run_id, threads))
     assert threads == [threading.get_ident()]
     assert await prompt_of(store, run_id) == "after"
 
 
 async def test_a_write_waits_in_a_worker_thread_while_another_process_writes(store: Store) -> None:
     sqlite_only(store)
-    run_id = await store.start_run("agent", "before", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "before", actor=SYSTEM)
     threads: list[int] = []
     async with another_process_writing(store) as release, anyio.create_task_group() as group:
-        group.start_soon(store.run_statements, prompt_setter(run_id, threads))
+        group.start_soon(store.runs.run_statements, prompt_setter(run_id, threads))
         await anyio.sleep(0.3)
         assert threads == []  # waiting for the lock, without holding up the event loop
         assert await prompt_of(store, run_id) == "before"
@@ -154,7 +154,7 @@ async def test_commits_never_checkpoint_and_every_hundredth_checkpoints_in_a_wor
     writer = store.db.sqlite_writer
     assert writer is not None
     path = Path(str(store.db.url.database))
-    run_id = await store.start_run("agent", "0", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "0", actor=SYSTEM)
     await anyio.to_thread.run_sync(writer._checkpoint)
     checkpointed_in: list[int] = []
     checkpoint = writer._checkpoint
@@ -168,17 +168,17 @@ async def test_commits_never_checkpoint_and_every_hundredth_checkpoints_in_a_wor
     to_go = CHECKPOINT_EVERY - writer._commits % CHECKPOINT_EVERY
     database_file = await anyio.Path(path).read_bytes()
     for n in range(to_go - 1):
-        await store.run_statements(functools.partial(set_prompt, run_id=run_id, prompt=f"{n}{page}"))
+        await store.runs.run_statements(functools.partial(set_prompt, run_id=run_id, prompt=f"{n}{page}"))
     assert checkpointed_in == []
     assert await anyio.Path(path).read_bytes() == database_file  # every change is still only in the log
-    await store.run_statements(lambda tx: set_prompt(tx, run_id, f"last{page}"))
+    await store.runs.run_statements(lambda tx: set_prompt(tx, run_id, f"last{page}"))
     assert len(checkpointed_in) == 1 and checkpointed_in[0] != threading.get_ident()
     assert await anyio.Path(path).read_bytes() != database_file
     assert (await prompt_of(store, run_id) or "").startswith("last")
 
 
 async def test_writers_in_one_process_take_turns(store: Store) -> None:
-    run_id = await store.start_run("agent", "0", actor=SYSTEM)
+    run_id = await store.runs.start_run("agent", "0", actor=SYSTEM)
 
     def increment(tx: Tx) -> None:
         current = tx.session.scalar(select(RunRow.prompt).where(RunRow.id == run_id).with_for_update())
@@ -186,6 +186,6 @@ async def test_writers_in_one_process_take_turns(store: Store) -> None:
 
     async with anyio.create_task_group() as group:
         for _ in range(40):
-            group.start_soon(store.run_statements, increment)
+            group.start_soon(store.runs.run_statements, increment)
     assert await prompt_of(store, run_id) == "40"
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok

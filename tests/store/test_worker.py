@@ -57,7 +57,7 @@ def registry_with(gate: Gate) -> AgentRegistry:
 
 
 async def start_runs(store: Store, count: int) -> list[str]:
-    return [await store.start_run("gated", f"run {i}", actor=SERVICE) for i in range(count)]
+    return [await store.runs.start_run("gated", f"run {i}", actor=SERVICE) for i in range(count)]
 
 
 @asynccontextmanager
@@ -79,7 +79,7 @@ async def worker(store: Store, gate: Gate, concurrency: int, stop: anyio.Event) 
 
 
 async def statuses(store: Store, run_ids: list[str]) -> list[str]:
-    return [(await store.get_run(run_id)).status for run_id in run_ids]
+    return [(await store.runs.get_run(run_id)).status for run_id in run_ids]
 
 
 async def test_a_worker_continues_up_to_its_concurrency_at_once(store: Store) -> None:
@@ -98,7 +98,7 @@ async def test_a_worker_continues_up_to_its_concurrency_at_once(store: Store) ->
                 await anyio.sleep(0.02)
     assert gate.most_inside == 3
     for run_id in run_ids:
-        assert (await store.get_run(run_id)).output == 'Done. wait_at_gate returned "through".'
+        assert (await store.runs.get_run(run_id)).output == 'Done. wait_at_gate returned "through".'
 
 
 async def test_stopping_lets_the_runs_in_progress_finish_and_claims_no_more(store: Store) -> None:

@@ -191,8 +191,8 @@ async def outcome(coroutine: Awaitable[Any]) -> str:
 def run_write(path: str, store: Store, write: RunWrite) -> Awaitable[None]:
     """The write as the store runs it (SQLite's statements, PostgreSQL's pipeline), or through SQLAlchemy."""
     if path == "postgresql sqlalchemy":
-        return store.run_statements(lambda tx: apply_write(tx, write))
-    return store.write_run(write)
+        return store.runs.run_statements(lambda tx: apply_write(tx, write))
+    return store.runs.write_run(write)
 
 
 def test_random_writes_store_the_same_rows_and_audit_hashes_every_way(tmp_path: Path) -> None:
@@ -200,12 +200,12 @@ def test_random_writes_store_the_same_rows_and_audit_hashes_every_way(tmp_path: 
         async with three_stores(tmp_path) as stores:
             for sequence in sequences:
                 for _, store in stores:
-                    await store.run_statements(fresh)
+                    await store.runs.run_statements(fresh)
                 for index, (op, arg) in enumerate(sequence):
                     write = write_for(op, arg, index, START + dt.timedelta(seconds=index))
                     if not isinstance(write, RunWrite):
                         for _, store in stores:
-                            await store.run_statements(write)
+                            await store.runs.run_statements(write)
                         continue
                     outcomes = {path: await outcome(run_write(path, store, write)) for path, store in stores}
                     assert len(set(outcomes.values())) == 1, (index, op, arg, outcomes)
@@ -214,7 +214,7 @@ def test_random_writes_store_the_same_rows_and_audit_hashes_every_way(tmp_path: 
                     for path, store in others:
                         assert await rows(store) == expected, (index, op, arg, path)
                 for path, store in stores:
-                    verification = await store.verify_audit()
+                    verification = await store.audit.verify_audit()
                     assert verification.ok, (path, verification.problem)
 
     collected: list[list[tuple[str, Any]]] = []

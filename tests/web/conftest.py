@@ -71,11 +71,11 @@ async def seed_users(url: str) -> dict[str, str]:
     try:
         store = Store(database)
         for name, role in ROLES.items():
-            await store.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
+            await store.people.create_user(name, PASSWORDS[name], role=role, actor=SYSTEM)
         tokens = {}
         for role in ("viewer", "reviewer", "admin"):
-            await store.create_user(f"api-{role}", PASSWORDS["alice"], role=role, actor=SYSTEM)
-            tokens[role] = await store.create_token(f"{role}-token", role=role, actor=SYSTEM, user=f"api-{role}")
+            await store.people.create_user(f"api-{role}", PASSWORDS["alice"], role=role, actor=SYSTEM)
+            tokens[role] = await store.people.create_token(f"{role}-token", role=role, actor=SYSTEM, user=f"api-{role}")
         return tokens
     finally:
         await database.dispose()

@@ -36,7 +36,7 @@ async def paused_run(
     web: WebApp, tmp_path: Path, agent: str = "shop", prompt: str = "go"
 ) -> tuple[str, dict[str, Any]]:
     """A run started by a service, resumed until it waits for people; its calls by tool name (as the API shows them)."""
-    run_id = await web.store.start_run(agent, prompt, actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run(agent, prompt, actor=SERVICE, deps={"log": str(tmp_path / "log")})
     run = await web.app.state.context.service.resume_now(run_id)
     assert run.status == "awaiting_approval"
     async with web.api("viewer") as api:
@@ -63,7 +63,7 @@ def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
 
 
 async def audit_count(web: WebApp) -> int:
-    return await web.store.last_audit_event_id()
+    return await web.store.audit.last_audit_event_id()
 
 
 # Runs
@@ -78,7 +78,7 @@ async def test_a_reviewer_starts_a_run_of_a_registered_agent(web: WebApp) -> Non
         assert run["started_by"] == "api-reviewer"
         assert response.headers["location"] == f"/api/runs/{run['id']}"
         assert (await api.get(response.headers["location"])).json() == run
-    stored = await web.store.get_run(run["id"])
+    stored = await web.store.runs.get_run(run["id"])
     assert stored.deps == {"log": "x"} and stored.status == "ready"
 
 
@@ -127,7 +127,7 @@ async def test_malformed_bodies_are_problems_never_500(web: WebApp, content: byt
 
 
 async def test_runs_are_listed_newest_first_in_keyset_pages_with_filters(web: WebApp) -> None:
-    ids = [await web.store.start_run(agent, "go", actor=SERVICE) for agent in ("shop", "mailer", "shop")]
+    ids = [await web.store.runs.start_run(agent, "go", actor=SERVICE) for agent in ("shop", "mailer", "shop")]
     async with web.api("viewer") as api:
         first = (await api.get("/api/runs", params={"limit": 2})).json()
         assert [r["id"] for r in first["items"]] == ids[::-1][:2]
@@ -188,7 +188,7 @@ async def test_the_stored_history_comes_back_exactly(web: WebApp, tmp_path: Path
     run_id, _ = await paused_run(web, tmp_path)
     async with web.api("viewer") as api:
         messages = (await api.get(f"/api/runs/{run_id}/messages")).json()["messages"]
-    assert messages == [dump_message(m) for m in await web.store.load_history(run_id)]
+    assert messages == [dump_message(m) for m in await web.store.runs.load_history(run_id)]
 
 
 # Calls
@@ -311,7 +311,7 @@ async def test_a_quorum_needs_two_different_reviewers(web: WebApp, tmp_path: Pat
         assert_problem(again, 409)
         second = await bob.post(f"/api/calls/{delete}/decision", json={"verdict": "approve"}, headers=bob_csrf)
         assert second.json()["status"] == "approved" and second.json()["decided_by"] == "bob"
-    assert (await web.store.get_run(run_id)).status == "awaiting_approval"  # the refund still waits
+    assert (await web.store.runs.get_run(run_id)).status == "awaiting_approval"  # the refund still waits
 
 
 async def test_a_reviewer_may_deny_a_quorum_call_they_approved_but_not_approve_it_twice(
@@ -350,8 +350,8 @@ async def test_the_reviewer_who_approved_a_call_settles_it_when_its_outcome_is_u
         assert approved.json()["status"] == "approved"
         await alice.post(f"/api/calls/{delete}/decision", json={"verdict": "deny", "reason": "no"}, headers=csrf)
         # the worker that claims the run dies before the refund's outcome is stored
-        assert await web.store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
-        assert await web.store.claim("rescuer", run_id=run_id) is None
+        assert await web.store.runs.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
+        assert await web.store.runs.claim("rescuer", run_id=run_id) is None
         assert (await alice.get(f"/api/calls/{refund}")).json()["status"] == "outcome_unknown"
 
         settled = await alice.post(f"/api/calls/{refund}/decision", json=body, headers=csrf)
@@ -492,7 +492,7 @@ async def test_resume_waits_for_the_run_or_leaves_it_to_the_workers(web: WebApp,
 
 
 async def test_resume_with_a_wait_runs_a_newly_started_run_until_it_pauses(web: WebApp, tmp_path: Path) -> None:
-    run_id = await web.store.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run("mailer", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     async with web.api("reviewer") as api:
         response = await api.post(f"/api/runs/{run_id}/resume", json={"wait": 10})
     assert response.status_code == 200 and response.json()["status"] == "awaiting_approval"
@@ -522,7 +522,7 @@ async def test_an_admin_cancels_a_run_whose_worker_is_inside_a_slow_tool_and_the
     gate = Gate()
     agents = AgentRegistry()
     agents.register(slow_agent, deps_factory=lambda _data: gate)
-    run_id = await web.store.start_run("slow", "transfer 5", actor=SERVICE)
+    run_id = await web.store.runs.start_run("slow", "transfer 5", actor=SERVICE)
     await Resumer(web.store, agents).resume(run_id)
     async with web.api("viewer") as viewer:
         [call] = (await viewer.get(f"/api/runs/{run_id}/calls")).json()["items"]
@@ -571,9 +571,9 @@ async def test_admins_retry_failed_runs_only(web: WebApp, tmp_path: Path) -> Non
     run_id, _ = await paused_run(web, tmp_path)
     async with web.api("admin") as admin:
         assert_problem(await admin.post(f"/api/runs/{run_id}/retry"), 409)
-        failed = await web.store.start_run("shop", "go", actor=SERVICE)
-        assert await web.store.claim("w1", run_id=failed) is not None
-        await web.store.finish(failed, "w1", [], error="the model went away")
+        failed = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+        assert await web.store.runs.claim("w1", run_id=failed) is not None
+        await web.store.runs.finish(failed, "w1", [], error="the model went away")
         async with web.api("reviewer") as reviewer:
             assert_problem(await reviewer.post(f"/api/runs/{failed}/retry"), 403)
         response = await admin.post(f"/api/runs/{failed}/retry")
@@ -634,7 +634,7 @@ async def test_the_audit_log_is_filtered_and_paged(web: WebApp, tmp_path: Path) 
 async def test_the_audit_export_streams_every_matching_event_as_jsonl_and_csv(web: WebApp, tmp_path: Path) -> None:
     from approvals.store import SYSTEM
 
-    await web.store.create_user("=HYPERLINK(1)", "pw-123456789", role="viewer", actor=SYSTEM)
+    await web.store.people.create_user("=HYPERLINK(1)", "pw-123456789", role="viewer", actor=SYSTEM)
     await paused_run(web, tmp_path)
     async with web.api("viewer") as api:
         listed = (await api.get("/api/audit", params={"limit": 1000})).json()["items"][::-1]
@@ -664,7 +664,7 @@ async def test_the_audit_export_streams_every_matching_event_as_jsonl_and_csv(we
 
 async def test_the_audit_export_of_many_events_crosses_pages(web: WebApp) -> None:
     for i in range(1_100):  # more than one page of the export's reads
-        await web.store.start_run("shop", f"run {i}", actor=SERVICE)
+        await web.store.runs.start_run("shop", f"run {i}", actor=SERVICE)
     async with web.api("viewer") as api:
         lines = (await api.get("/api/audit/export", params={"action": "run.started"})).text.splitlines()
     assert len(lines) == 1_100

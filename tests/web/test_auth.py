@@ -100,9 +100,9 @@ async def whoami(client: httpx.AsyncClient) -> str | None:
 
 
 async def paused_run(web: WebApp, tmp_path: Path) -> tuple[str, str]:
-    run_id = await web.store.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await web.app.state.context.service.resume_now(run_id)
-    calls = await web.store.run_calls(run_id)
+    calls = await web.store.calls.run_calls(run_id)
     return run_id, calls[0].id
 
 
@@ -150,9 +150,9 @@ async def test_a_wrong_password_or_unknown_user_gets_the_same_refusal(
 async def test_a_disabled_users_session_ends(web: WebApp) -> None:
     async with session(web, "alice") as (client, _):
         assert await whoami(client) == "alice:reviewer"
-        await web.store.update_user("alice", disabled=True, actor=SYSTEM)
+        await web.store.people.update_user("alice", disabled=True, actor=SYSTEM)
         assert await whoami(client) is None
-        await web.store.update_user("alice", disabled=False, actor=SYSTEM)
+        await web.store.people.update_user("alice", disabled=False, actor=SYSTEM)
         assert await whoami(client) is None  # re-enabling does not bring the old session back
         token = await login_form_token(client)
         await client.post("/login", data={"username": "alice", "password": PASSWORDS["alice"], "csrf_token": token})
@@ -160,7 +160,7 @@ async def test_a_disabled_users_session_ends(web: WebApp) -> None:
 
 
 async def test_a_disabled_user_cannot_log_in(web: WebApp) -> None:
-    await web.store.update_user("bob", disabled=True, actor=SYSTEM)
+    await web.store.people.update_user("bob", disabled=True, actor=SYSTEM)
     async with web.client() as client:
         token = await login_form_token(client)
         response = await client.post(
@@ -214,30 +214,30 @@ async def test_bearer_token_requests_need_no_csrf_token(web: WebApp) -> None:
 
 
 async def test_a_revoked_token_is_a_401(web: WebApp) -> None:
-    token = await web.store.create_token("ci", role="reviewer", actor=SYSTEM)
+    token = await web.store.people.create_token("ci", role="reviewer", actor=SYSTEM)
     async with web.client(headers={"Authorization": f"Bearer {token}"}) as api:
         assert await whoami(api) == "token:ci:reviewer"
-        [row] = [t for t in await web.store.list_tokens() if t.name == "ci"]
-        await web.store.revoke_token(row.id, actor=SYSTEM)
+        [row] = [t for t in await web.store.people.list_tokens() if t.name == "ci"]
+        await web.store.people.revoke_token(row.id, actor=SYSTEM)
         for response in (await api.get("/api/me"), await api.post("/api/runs", json={"agent": "shop", "prompt": "x"})):
             assert response.status_code == 401
             assert response.headers["content-type"] == "application/problem+json"
             assert response.headers["www-authenticate"] == "Bearer"
-    assert (await web.store.list_runs()).items == []
+    assert (await web.store.runs.list_runs()).items == []
 
 
 async def test_a_token_revoked_by_another_process_stops_working_within_the_cache_bound(
     web: WebApp, db_url: str
 ) -> None:
     clock = [0.0]
-    web.store.verified_tokens.clock = lambda: clock[0]
-    token = await web.store.create_token("ci", role="reviewer", actor=SYSTEM)
+    web.store.people.verified_tokens.clock = lambda: clock[0]
+    token = await web.store.people.create_token("ci", role="reviewer", actor=SYSTEM)
     elsewhere = Store(Database(db_url))  # `approvals tokens revoke` in another process: this app's store hears nothing
     try:
         async with web.client(headers={"Authorization": f"Bearer {token}"}) as api:
             assert await whoami(api) == "token:ci:reviewer"
-            [row] = [t for t in await elsewhere.list_tokens() if t.name == "ci"]
-            await elsewhere.revoke_token(row.id, actor=SYSTEM)
+            [row] = [t for t in await elsewhere.people.list_tokens() if t.name == "ci"]
+            await elsewhere.people.revoke_token(row.id, actor=SYSTEM)
             clock[0] += TOKEN_CACHE_SECONDS - 0.5
             assert await whoami(api) == "token:ci:reviewer", "verified a moment ago, so not looked up again"
             clock[0] += 0.5
@@ -247,14 +247,14 @@ async def test_a_token_revoked_by_another_process_stops_working_within_the_cache
                 assert response.headers["www-authenticate"] == "Bearer"
     finally:
         await elsewhere.db.dispose()
-    assert (await web.store.list_runs()).items == []
+    assert (await web.store.runs.list_runs()).items == []
 
 
 async def test_a_change_to_a_tokens_person_in_this_process_applies_at_once(web: WebApp) -> None:
-    bobs = await web.store.create_token("bob-cli", role="reviewer", actor=SYSTEM, user="bob")
+    bobs = await web.store.people.create_token("bob-cli", role="reviewer", actor=SYSTEM, user="bob")
     async with web.client(headers={"Authorization": f"Bearer {bobs}"}) as api:
         assert await whoami(api) == "bob:reviewer"
-        await web.store.update_user("bob", role="viewer", actor=SYSTEM)
+        await web.store.people.update_user("bob", role="viewer", actor=SYSTEM)
         assert await whoami(api) == "bob:viewer"
         response = await api.post("/api/runs", json={"agent": "shop", "prompt": "x"})
         assert response.status_code == 403, response.text
@@ -288,7 +288,7 @@ async def test_the_sso_header_names_the_user_when_configured(web: WebApp, db_url
             assert refused.status_code == 403  # a browser behind the proxy: CSRF applies as for a session
         async with client_for(app, headers={"X-Remote-User": "mallory"}) as unknown:
             assert await whoami(unknown) is None
-        await web.store.update_user("victor", disabled=True, actor=SYSTEM)
+        await web.store.people.update_user("victor", disabled=True, actor=SYSTEM)
         async with client_for(app, headers={"X-Remote-User": "victor"}) as disabled:
             assert await whoami(disabled) is None
         async with client_for(app) as nobody:
@@ -334,7 +334,7 @@ async def test_every_state_changing_api_route_refuses_viewers_and_anonymous_requ
     routes = api_routes(web.app, {"POST", "PUT", "PATCH", "DELETE"})
     assert set(routes) == STATE_CHANGING  # a new route must be added here, and so checked
     run_id, call_id = await paused_run(web, tmp_path)
-    before = await web.store.last_audit_event_id()
+    before = await web.store.audit.last_audit_event_id()
     async with web.api("viewer") as viewer, web.client() as anonymous, session(web, "victor") as (victor, victor_csrf):
         for method, path in routes:
             url, body = fill(path, run_id, call_id), VALID_BODIES[path]
@@ -347,15 +347,15 @@ async def test_every_state_changing_api_route_refuses_viewers_and_anonymous_requ
             assert response.status_code == 401, (path, response.text)
             assert response.headers["www-authenticate"] == "Bearer"
             assert response.headers["content-type"] == "application/problem+json"
-    assert await web.store.last_audit_event_id() == before  # nothing happened
-    assert (await web.store.get_call(call_id)).status == "pending"
+    assert await web.store.audit.last_audit_event_id() == before  # nothing happened
+    assert (await web.store.calls.get_call(call_id)).status == "pending"
 
 
 async def test_every_api_read_needs_authentication(web: WebApp, tmp_path: Path) -> None:
     run_id, call_id = await paused_run(web, tmp_path)
     routes = api_routes(web.app, {"GET"})
     assert len(routes) == 14
-    await web.store.save_rule(parse_rule({"name": RULE, "effect": "allow"}), actor=SYSTEM)
+    await web.store.rules.save_rule(parse_rule({"name": RULE, "effect": "allow"}), actor=SYSTEM)
     async with web.client() as anonymous, web.api("viewer") as viewer:
         for _, path in routes:
             url = fill(path, run_id, call_id)

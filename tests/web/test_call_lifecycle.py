@@ -78,7 +78,7 @@ class ScriptedGate:
         return call
 
     async def wait(self, call: ToolCallRow, seconds: float = 30.0) -> ToolCallRow:
-        return await self.web.store.wait_for_decision(call.id, seconds=seconds)
+        return await self.web.store.calls.wait_for_decision(call.id, seconds=seconds)
 
     async def call_tool(self, request: CallRequest) -> ToolCallRow:
         """The whole cycle: ask, wait, and run the tool (with a reviewer's edit) only if approved."""
@@ -89,9 +89,9 @@ class ScriptedGate:
         try:
             result = self.tools[request.tool_name](**args)
         except Exception as exc:
-            return await self.web.store.settle_call(decided.id, CallStatus.FAILED, str(exc), actor=CLIENT)
+            return await self.web.store.calls.settle_call(decided.id, CallStatus.FAILED, str(exc), actor=CLIENT)
         self.ran.append((request.tool_name, args))
-        return await self.web.store.settle_call(decided.id, CallStatus.SUCCEEDED, result, actor=CLIENT)
+        return await self.web.store.calls.settle_call(decided.id, CallStatus.SUCCEEDED, result, actor=CLIENT)
 
 
 def refund(order_id: str, amount: float) -> str:
@@ -236,7 +236,7 @@ async def test_a_quorum_call_waits_for_two_people_and_the_caller_may_not_approve
     gate = ScriptedGate(web, {"refund": refund})
     call = await gate.ask(gate.request("refund", {"order_id": "A-4", "amount": 1}, approvals_required=2))
     with pytest.raises(Forbidden, match="service token"):
-        await web.store.decide(call.id, Approve(), actor=CLIENT)
+        await web.store.calls.decide(call.id, Approve(), actor=CLIENT)
     first = await decide(web, call.id, {"verdict": "approve"}, role="reviewer")
     assert first.json()["status"] == "pending"
     assert (await gate.wait(call, seconds=0.05)).status == CallStatus.PENDING
@@ -251,26 +251,26 @@ async def test_a_call_nobody_decides_in_time_expires_while_its_caller_waits(web:
     decided = await gate.wait(call, seconds=20)
     assert decided.status == CallStatus.EXPIRED
     assert decided.denial_reason is not None and "No one decided within 0 seconds" in decided.denial_reason
-    run = await web.store.get_run(call.run_id)
+    run = await web.store.runs.get_run(call.run_id)
     assert run.status == RunStatus.RUNNING  # a gate's run goes on where its agent runs; no worker claims it
-    assert await web.store.claim("worker-1") is None
+    assert await web.store.runs.claim("worker-1") is None
 
 
 async def test_only_the_caller_settles_and_only_an_approved_call(web: WebApp) -> None:
     gate = ScriptedGate(web, {"refund": refund})
     call = await gate.ask(gate.request("refund", {"order_id": "A-6", "amount": 1}))
     with pytest.raises(Conflict, match="only an approved call is settled"):
-        await web.store.settle_call(call.id, CallStatus.SUCCEEDED, "done", actor=CLIENT)
+        await web.store.calls.settle_call(call.id, CallStatus.SUCCEEDED, "done", actor=CLIENT)
     assert (await decide(web, call.id, {"verdict": "approve"})).status_code == 200
     stranger = Actor(id="someone-else", role="reviewer")
     with pytest.raises(Forbidden, match="did not ask for call"):
-        await web.store.settle_call(call.id, CallStatus.SUCCEEDED, "done", actor=stranger)
+        await web.store.calls.settle_call(call.id, CallStatus.SUCCEEDED, "done", actor=stranger)
     with pytest.raises(UserError, match="outcome is one of"):
-        await web.store.settle_call(call.id, CallStatus.DENIED, None, actor=CLIENT)
-    settled = await web.store.settle_call(call.id, CallStatus.OUTCOME_UNKNOWN, None, actor=CLIENT)
+        await web.store.calls.settle_call(call.id, CallStatus.DENIED, None, actor=CLIENT)
+    settled = await web.store.calls.settle_call(call.id, CallStatus.OUTCOME_UNKNOWN, None, actor=CLIENT)
     assert settled.status == CallStatus.OUTCOME_UNKNOWN
     with pytest.raises(Conflict):
-        await web.store.settle_call(call.id, CallStatus.SUCCEEDED, "again", actor=CLIENT)
+        await web.store.calls.settle_call(call.id, CallStatus.SUCCEEDED, "again", actor=CLIENT)
     async with web.api("viewer") as client:
         inbox = (await client.get("/api/calls", params={"status": "outcome_unknown"})).json()["items"]
         assert [item["id"] for item in inbox] == [call.id]  # a person settles what the caller could not tell

@@ -59,14 +59,14 @@ ADDRESSES = {
 async def reviewers(web: WebApp) -> None:
     """Finance: alice, bob (no address), fred, dora (disabled); support: sam; ada admin, victor viewer."""
     for name in ("fred", "dora", "sam"):
-        await web.store.create_user(name, PASSWORDS["alice"], role="reviewer", actor=SYSTEM)
+        await web.store.people.create_user(name, PASSWORDS["alice"], role="reviewer", actor=SYSTEM)
     for name in ("alice", "bob", "fred", "dora"):
-        await web.store.set_user_groups(name, ["finance"], actor=SYSTEM)
-    await web.store.set_user_groups("sam", ["support"], actor=SYSTEM)
+        await web.store.people.set_user_groups(name, ["finance"], actor=SYSTEM)
+    await web.store.people.set_user_groups("sam", ["support"], actor=SYSTEM)
     for name, address in ADDRESSES.items():
-        await web.store.set_user_contact(name, actor=SYSTEM, email=address)
-    await web.store.update_user("dora", actor=SYSTEM, disabled=True)
-    await web.store.apply_rules(load_rules(RULES), actor=SYSTEM)
+        await web.store.people.set_user_contact(name, actor=SYSTEM, email=address)
+    await web.store.people.update_user("dora", actor=SYSTEM, disabled=True)
+    await web.store.rules.apply_rules(load_rules(RULES), actor=SYSTEM)
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ async def gate_refund(web: WebApp, key: str, amount: float = 120, order_id: str 
 
 
 async def paused_run(web: WebApp, tmp_path: Path, agent: str = "mailer") -> str:
-    run_id = await web.store.start_run(agent, "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run(agent, "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     assert (await web.app.state.context.service.resume_now(run_id)).status == "awaiting_approval"
     return run_id
 
@@ -145,27 +145,27 @@ async def test_a_pending_call_mails_the_reviewers_it_is_routed_to_and_nobody_els
     assert f'href="{html.escape(approve)}"' in page and f'href="{html.escape(deny)}"' in page
     assert smtp.messages(to="fred@example.com")[0].link("Approve") != approve  # each recipient's own links
 
-    sent = await web.store.sent_messages(call_id, "email")
+    sent = await web.store.outbound.sent_messages(call_id, "email")
     assert sorted((m.destination, m.purpose) for m in sent) == [
         ("alice@example.com", "pending"),
         ("fred@example.com", "pending"),
     ]
     assert {m.ref for m in sent} == {str(m.message["Message-ID"]) for m in mails}
-    links = await web.store.email_links_of(call_id)
+    links = await web.store.outbound.email_links_of(call_id)
     assert sorted((link.username, link.action) for link in links) == [
         ("alice", "approve"),
         ("alice", "deny"),
         ("fred", "approve"),
         ("fred", "deny"),
     ]
-    call = await web.store.get_call(call_id)
+    call = await web.store.calls.get_call(call_id)
     assert all(link.args_digest == call.current_digest and link.used_at is None for link in links)
     assert all(len(link.token_hash) == 64 and link.token_hash not in approve + deny for link in links)
 
 
 async def failing(web: WebApp, times: int = 1) -> str:
     """Wait until the e-mail cursor failed `times` times in a row; its last error."""
-    cursors = WebhookCursors(web.store)
+    cursors = WebhookCursors(web.store.outbound)
     with anyio.fail_after(10):
         while True:
             cursor = await cursors.get("email")
@@ -181,13 +181,15 @@ async def test_a_call_decided_before_its_mail_goes_out_is_not_mailed(web: WebApp
     async with mailing(web, smtp, backoff=3.0):
         decided = await gate_refund(web, "1")
         await failing(web)
-        await web.store.decide(decided, Deny(reason="no"), actor=Actor("alice", "reviewer", frozenset({"finance"})))
+        await web.store.calls.decide(
+            decided, Deny(reason="no"), actor=Actor("alice", "reviewer", frozenset({"finance"}))
+        )
         smtp.start()
         later = await gate_refund(web, "2")
         await eventually(lambda: len(smtp.messages()) == 2)
         await anyio.sleep(0.3)
     assert {m.link("Open in the inbox").rsplit("/", 1)[1] for m in smtp.messages()} == {later}
-    assert await web.store.sent_messages(decided, "email") == []
+    assert await web.store.outbound.sent_messages(decided, "email") == []
 
 
 async def test_mail_waits_out_an_smtp_outage_and_arrives_once(web: WebApp, tmp_path: Path) -> None:
@@ -196,7 +198,7 @@ async def test_mail_waits_out_an_smtp_outage_and_arrives_once(web: WebApp, tmp_p
         async with mailing(web, smtp):
             call_id = await gate_refund(web, "1")
             assert "SMTP 127.0.0.1" in await failing(web, times=2)
-            assert await web.store.sent_messages(call_id, "email") == []
+            assert await web.store.outbound.sent_messages(call_id, "email") == []
             smtp.start()  # the server is back
             await eventually(lambda: len(smtp.messages()) == 2)
             await anyio.sleep(0.5)
@@ -214,8 +216,8 @@ async def test_a_recipient_refused_for_good_is_skipped_and_the_others_get_theirs
     assert recipients(smtp.messages()) == ["fred@example.com", "fred@example.com"]
     assert smtp.rcpt_attempts.count("alice@example.com") == 2  # once per call, never retried
     for call_id in (first, second):
-        assert [m.destination for m in await web.store.sent_messages(call_id, "email")] == ["fred@example.com"]
-    cursor = await WebhookCursors(web.store).get("email")
+        assert [m.destination for m in await web.store.outbound.sent_messages(call_id, "email")] == ["fred@example.com"]
+    cursor = await WebhookCursors(web.store.outbound).get("email")
     assert cursor is not None and cursor.failures == 0
 
 
@@ -240,9 +242,11 @@ async def test_an_agent_call_is_mailed_to_every_reviewer_with_an_address_and_lin
         run_id = await paused_run(web, tmp_path)  # send_email: any reviewer, expires in 60 s
         await eventually(lambda: len(smtp.messages()) == 4)
     assert recipients(smtp.messages()) == sorted(ADDRESSES[n] for n in ("alice", "fred", "ada", "sam"))
-    [call] = await web.store.run_calls(run_id)
+    [call] = await web.store.calls.run_calls(run_id)
     assert call.expires_at is not None
-    assert all(link.expires_at == call.expires_at for link in await web.store.email_links_of(call.id))  # not 24 h
+    assert all(
+        link.expires_at == call.expires_at for link in await web.store.outbound.email_links_of(call.id)
+    )  # not 24 h
     mail = smtp.messages()[0]
     assert mail.subject == "Approval needed: send_email (mailer)"
     assert "Routed to: any reviewer (1 approval needed)" in mail.text
@@ -253,15 +257,15 @@ async def test_a_reminder_mails_the_reviewers_again_and_an_escalation_only_those
     web: WebApp, smtp: SmtpServer
 ) -> None:
     await reviewers(web)
-    await web.store.set_user_groups("sam", ["support", "oncall"], actor=SYSTEM)
-    await web.store.set_user_groups("fred", ["finance", "oncall"], actor=SYSTEM)
+    await web.store.people.set_user_groups("sam", ["support", "oncall"], actor=SYSTEM)
+    await web.store.people.set_user_groups("fred", ["finance", "oncall"], actor=SYSTEM)
     async with mailing(web, smtp):
         call_id = await gate_refund(web, "1")
         await eventually(lambda: len(smtp.messages()) == 2)
         now = dt.datetime.now(dt.UTC)
-        assert await web.store.follow_up(call_id, Step.REMIND, due_at=now)
+        assert await web.store.outbound.follow_up(call_id, Step.REMIND, due_at=now)
         await eventually(lambda: len(smtp.messages()) == 4)
-        assert await web.store.follow_up(call_id, Step.ESCALATE, due_at=now, groups=["oncall"])
+        assert await web.store.outbound.follow_up(call_id, Step.ESCALATE, due_at=now, groups=["oncall"])
         await eventually(lambda: len(smtp.messages()) == 5)
         await anyio.sleep(0.3)
     reminders = [m for m in smtp.messages() if m.subject.startswith("Reminder: approval needed: refund")]
@@ -270,7 +274,7 @@ async def test_a_reminder_mails_the_reviewers_again_and_an_escalation_only_those
     [escalation] = [m for m in smtp.messages() if m.subject.startswith("Escalated:")]
     assert escalation.recipients == ["sam@example.com"]  # fred, also on call, had his mails
     assert "escalated to oncall" in escalation.text
-    purposes = sorted((m.destination, m.purpose) for m in await web.store.sent_messages(call_id, "email"))
+    purposes = sorted((m.destination, m.purpose) for m in await web.store.outbound.sent_messages(call_id, "email"))
     assert purposes == [
         ("alice@example.com", "pending"),
         ("alice@example.com", "reminder"),
@@ -282,7 +286,7 @@ async def test_a_reminder_mails_the_reviewers_again_and_an_escalation_only_those
 
 async def test_every_value_in_the_html_part_is_escaped(web: WebApp, tmp_path: Path) -> None:
     run_id = await paused_run(web, tmp_path)
-    [call] = await web.store.run_calls(run_id)
+    [call] = await web.store.calls.run_calls(run_id)
     call.agent_name = 'evil"<b>agent</b>'
     call.tool_name = "tool<i>"
     call.args = {"<k>": "\"'&<v>"}

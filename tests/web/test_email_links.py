@@ -96,7 +96,7 @@ async def test_approving_by_mail_shows_a_page_then_decides_once_and_the_run_goes
         run_id = await paused_run(web, tmp_path)
         mail = await mail_for(web, smtp)
     approve = path_of(mail.link("Approve"))
-    [call] = await web.store.run_calls(run_id)
+    [call] = await web.store.calls.run_calls(run_id)
     async with web.client() as browser:
         for _ in range(2):  # a mail scanner, then the reviewer: looking changes nothing
             page = await browser.get(approve)
@@ -105,14 +105,14 @@ async def test_approving_by_mail_shows_a_page_then_decides_once_and_the_run_goes
             assert "Approve <code>send_email</code>?" in page.text and "as <strong>alice</strong>" in page.text
             assert '"to": "ann@example.com"' in html.unescape(page.text)
             assert 'name="csrf_token"' not in page.text and "<textarea" not in page.text
-        assert (await web.store.get_call(call.id)).status == "pending"
-        assert all(link.used_at is None for link in await web.store.email_links_of(call.id))
+        assert (await web.store.calls.get_call(call.id)).status == "pending"
+        assert all(link.used_at is None for link in await web.store.outbound.email_links_of(call.id))
 
         done = await browser.post(approve)
         assert done.status_code == 200, done.text
         assert_private(done)
         assert "You approved send_email" in done.text
-        decided = await web.store.get_call(call.id)
+        decided = await web.store.calls.get_call(call.id)
         assert (decided.status, decided.decided_by) == ("approved", "alice")
         assert (await web.app.state.context.service.resume_now(run_id)).status == "completed"
         assert (tmp_path / "log").read_text() == "email ann@example.com\n"
@@ -123,14 +123,14 @@ async def test_approving_by_mail_shows_a_page_then_decides_once_and_the_run_goes
         assert (await browser.get(approve)).status_code == 410
         other = await browser.post(path_of(mail.link("Deny")), data={"reason": "too late"})
         assert other.status_code == 409 and "Approved by alice" in other.text
-    assert (await web.store.get_call(call.id)).status == "succeeded"
+    assert (await web.store.calls.get_call(call.id)).status == "succeeded"
 
 
 async def test_denying_by_mail_reaches_the_model_with_the_reason(web: WebApp, smtp: SmtpServer, tmp_path: Path) -> None:
     await reviewers(web)
     web.app.state.context.registry.register(wiper)
     async with mailing(web, smtp):
-        run_id = await web.store.start_run("wiper", "tidy up", actor=SERVICE)
+        run_id = await web.store.runs.start_run("wiper", "tidy up", actor=SERVICE)
         assert (await web.app.state.context.service.resume_now(run_id)).status == "awaiting_approval"
         mail = await mail_for(web, smtp)
     deny = path_of(mail.link("Deny"))
@@ -140,7 +140,7 @@ async def test_denying_by_mail_reaches_the_model_with_the_reason(web: WebApp, sm
         assert "Deny <code>wipe_disk</code>?" in page.text and '<textarea id="reason" name="reason"' in page.text
         blank = await browser.post(deny, data={"reason": "   "})  # refused, and the link stays unused
         assert blank.status_code == 422 and "Write why you deny this call" in blank.text
-        [call] = await web.store.run_calls(run_id)
+        [call] = await web.store.calls.run_calls(run_id)
         assert call.status == "pending"
         done = await browser.post(deny, data={"reason": "That disk holds the <backups>."})
         assert done.status_code == 200, done.text
@@ -149,7 +149,7 @@ async def test_denying_by_mail_reaches_the_model_with_the_reason(web: WebApp, sm
     assert run.status == "completed"
     assert run.output.startswith("The model read: DENIED")
     assert "That disk holds the <backups>." in run.output
-    denied = await web.store.get_call(call.id)
+    denied = await web.store.calls.get_call(call.id)
     assert (denied.status, denied.decided_by, denied.denial_reason) == (
         "denied",
         "alice",
@@ -174,7 +174,7 @@ async def test_an_expired_or_unknown_link_gets_a_clear_page_and_decides_nothing(
         for response in (await browser.get(approve), await browser.post(approve)):
             assert response.status_code == 410 and "Link expired" in response.text
             assert_private(response)
-    assert (await web.store.get_call(call_id)).status == "pending"
+    assert (await web.store.calls.get_call(call_id)).status == "pending"
 
 
 async def test_arguments_edited_after_the_mail_make_its_links_stale(
@@ -185,7 +185,7 @@ async def test_arguments_edited_after_the_mail_make_its_links_stale(
         run_id = await paused_run(web, tmp_path, agent="shop")  # delete_customer needs two approvals
         await eventually(lambda: len(smtp.messages(to=ALICE)) == 2)
     [mail] = [m for m in smtp.messages(to=ALICE) if "delete_customer" in m.subject]
-    calls = {c.tool_name: c for c in await web.store.run_calls(run_id)}
+    calls = {c.tool_name: c for c in await web.store.calls.run_calls(run_id)}
     delete = calls["delete_customer"]
     edit = EditAndApprove(args={"customer_id": 8}, args_digest=delete.current_digest)
     await web.app.state.context.service.decide(delete.id, edit, actor=Actor("bob", "reviewer"))  # 1 of 2
@@ -194,9 +194,9 @@ async def test_arguments_edited_after_the_mail_make_its_links_stale(
         for response in (await browser.get(approve), await browser.post(approve)):
             assert response.status_code == 409 and "The arguments changed" in response.text
             assert "Nothing was decided" in response.text and f'href="/calls/{delete.id}"' in response.text
-    now = await web.store.get_call(delete.id)
-    assert now.status == "pending" and [d.actor for d in await web.store.decisions_for(delete.id)] == ["bob"]
-    assert all(link.used_at is None for link in await web.store.email_links_of(delete.id))
+    now = await web.store.calls.get_call(delete.id)
+    assert now.status == "pending" and [d.actor for d in await web.store.calls.decisions_for(delete.id)] == ["bob"]
+    assert all(link.used_at is None for link in await web.store.outbound.email_links_of(delete.id))
 
 
 async def test_a_decision_that_lost_the_race_says_who_won(web: WebApp, smtp: SmtpServer) -> None:
@@ -208,12 +208,12 @@ async def test_a_decision_that_lost_the_race_says_who_won(web: WebApp, smtp: Smt
     async with web.client() as browser:
         assert (await browser.get(approve)).status_code == 200  # alice reads the page...
         fred = Actor("fred", "reviewer", frozenset({"finance"}))
-        await web.store.decide(call_id, Approve(), actor=fred)  # ...while fred approves in the inbox
+        await web.store.calls.decide(call_id, Approve(), actor=fred)  # ...while fred approves in the inbox
         lost = await browser.post(approve)
         assert lost.status_code == 409, lost.text
         assert "Already decided" in lost.text and "Approved by fred" in lost.text
         assert "Nothing was changed" in lost.text or "was not applied" in lost.text
-    assert [d.actor for d in await web.store.decisions_for(call_id)] == ["fred"]
+    assert [d.actor for d in await web.store.calls.decisions_for(call_id)] == ["fred"]
 
 
 async def test_a_disabled_reviewer_or_one_outside_the_groups_is_refused(web: WebApp, smtp: SmtpServer) -> None:
@@ -222,8 +222,8 @@ async def test_a_disabled_reviewer_or_one_outside_the_groups_is_refused(web: Web
         call_id = await gate_refund(web, "1")
         alice = await mail_for(web, smtp)
         fred = await mail_for(web, smtp, "fred@example.com")
-    await web.store.update_user("alice", actor=SYSTEM, disabled=True)
-    await web.store.set_user_groups("fred", ["support"], actor=SYSTEM)
+    await web.store.people.update_user("alice", actor=SYSTEM, disabled=True)
+    await web.store.people.set_user_groups("fred", ["support"], actor=SYSTEM)
     async with web.client() as browser:
         for response in (
             await browser.get(path_of(alice.link("Approve"))),
@@ -233,20 +233,22 @@ async def test_a_disabled_reviewer_or_one_outside_the_groups_is_refused(web: Web
         outsider = await browser.post(path_of(fred.link("Approve")))
         assert outsider.status_code == 403
         assert html.escape(refusal_sentence(CallRefusal.NOT_IN_GROUPS)) in outsider.text
-        assert (await web.store.get_call(call_id)).status == "pending"
-        assert all(link.used_at is None for link in await web.store.email_links_of(call_id))
+        assert (await web.store.calls.get_call(call_id)).status == "pending"
+        assert all(link.used_at is None for link in await web.store.outbound.email_links_of(call_id))
         denied = await browser.post(path_of(fred.link("Deny")), data={"reason": "Not ours to refund."})
         assert denied.status_code == 200  # anyone may deny; only finance may approve
-    assert (await web.store.get_call(call_id)).decided_by == "fred"
+    assert (await web.store.calls.get_call(call_id)).decided_by == "fred"
 
 
 async def test_whoever_asked_a_call_cannot_approve_it_by_mail(web: WebApp, smtp: SmtpServer) -> None:
     """Carol is in finance and asks a refund through the gate with her own token: her mail's Approve is refused."""
     await reviewers(web)
-    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
-    await web.store.set_user_groups("carol", ["finance"], actor=SYSTEM)
-    await web.store.set_user_contact("carol", actor=SYSTEM, email="carol@example.com")
-    token = await web.store.create_token("carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"])
+    await web.store.people.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    await web.store.people.set_user_groups("carol", ["finance"], actor=SYSTEM)
+    await web.store.people.set_user_contact("carol", actor=SYSTEM, email="carol@example.com")
+    token = await web.store.people.create_token(
+        "carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"]
+    )
     async with mailing(web, smtp):
         async with web.client(headers={"Authorization": f"Bearer {token}"}) as carol:
             body = gate_call(session_id="carol-1", args={"order_id": "A-1", "amount": 120})
@@ -258,11 +260,11 @@ async def test_whoever_asked_a_call_cannot_approve_it_by_mail(web: WebApp, smtp:
         refused = await browser.post(path_of(mail.link("Approve")))
         assert refused.status_code == 403, refused.text
         assert html.escape(refusal_sentence(CallRefusal.OWN_CALL)) in refused.text
-        assert (await web.store.get_call(call_id)).status == "pending"
-        assert all(link.used_at is None for link in await web.store.email_links_of(call_id))
+        assert (await web.store.calls.get_call(call_id)).status == "pending"
+        assert all(link.used_at is None for link in await web.store.outbound.email_links_of(call_id))
         denied = await browser.post(path_of(mail.link("Deny")), data={"reason": "Asked by mistake."})
         assert denied.status_code == 200  # she may still take her own call back
-    assert (await web.store.get_call(call_id)).status == "denied"
+    assert (await web.store.calls.get_call(call_id)).status == "denied"
 
 
 async def test_one_of_many_concurrent_claims_of_a_link_wins(web: WebApp, smtp: SmtpServer) -> None:
@@ -274,7 +276,7 @@ async def test_one_of_many_concurrent_claims_of_a_link_wins(web: WebApp, smtp: S
     results: list[object] = []
 
     async def claim() -> None:
-        results.append(await web.store.claim_email_link(token))
+        results.append(await web.store.outbound.claim_email_link(token))
 
     async with anyio.create_task_group() as group:
         for _ in range(8):
@@ -282,4 +284,4 @@ async def test_one_of_many_concurrent_claims_of_a_link_wins(web: WebApp, smtp: S
     won = [r for r in results if isinstance(r, EmailLinkRow)]
     assert len(won) == 1 and won[0].call_id == call_id and won[0].username == "alice"
     assert [r for r in results if not isinstance(r, EmailLinkRow)] == [LinkProblem.USED] * 7
-    assert await web.store.claim_email_link("no-such-token") is LinkProblem.UNKNOWN
+    assert await web.store.outbound.claim_email_link("no-such-token") is LinkProblem.UNKNOWN

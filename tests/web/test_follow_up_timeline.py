@@ -28,7 +28,7 @@ def said(page: str) -> list[str]:
 
 async def test_the_pages_say_when_a_call_was_reminded_and_escalated_and_to_whom(web: WebApp) -> None:
     rule = {"name": "refunds", "tool": "refund", "effect": "ask", "groups": ["finance"]}
-    await web.store.save_rule(parse_rule(rule), actor=Actor("ada", "admin"))
+    await web.store.rules.save_rule(parse_rule(rule), actor=Actor("ada", "admin"))
     call = await ask(web.store, ttl=3600)
     assert call.expires_at is not None
     await scan_follow_ups(web.store, Plans(DEFAULTS), now=call.created_at + dt.timedelta(minutes=50))
@@ -49,7 +49,7 @@ async def test_the_pages_say_when_a_hook_answered_its_fallback(web: WebApp) -> N
     async with await asking_client(web) as agent:
         answered = decision_of(await hook(agent, claude_input(), fallback="ask"))
     assert answered[0] == "ask"
-    [call] = (await web.store.list_calls()).items
+    [call] = (await web.store.calls.list_calls()).items
     client, _ = await web.login("alice")
     for page in (f"/runs/{call.run_id}", f"/calls/{call.id}"):
         [told] = said((await client.get(page)).text)

@@ -28,7 +28,7 @@ SCHEMA = {
 
 async def asking_client(web: WebApp, *, scopes: list[str] | None = None, name: str = "agent") -> httpx.AsyncClient:
     """A client with a service token that may ask (and nothing else unless `scopes` say so)."""
-    token = await web.store.create_token(name, role="reviewer", actor=SYSTEM, scopes=scopes or ["calls:ask"])
+    token = await web.store.people.create_token(name, role="reviewer", actor=SYSTEM, scopes=scopes or ["calls:ask"])
     return web.client(headers={"Authorization": f"Bearer {token}"})
 
 
@@ -73,9 +73,9 @@ async def test_ask_wait_decide_and_report_the_outcome(web: WebApp) -> None:
 
         settled = await agent.post(f"/api/gate/calls/{call['call_id']}/outcome", json={"outcome": "succeeded"})
         assert settled.status_code == 200 and settled.json()["status"] == "succeeded"
-    calls = (await web.store.list_calls(status=None)).items
+    calls = (await web.store.calls.list_calls(status=None)).items
     assert [c.id for c in calls if c.tool_name == "refund"] == [call["call_id"]]
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_a_session_cancelled_while_the_caller_runs_the_call_leaves_it_to_a_person(web: WebApp) -> None:
@@ -86,15 +86,15 @@ async def test_a_session_cancelled_while_the_caller_runs_the_call_leaves_it_to_a
         await decide(web, call["call_id"], {"verdict": "approve"})
         assert (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()["status"] == "executing"
         async with web.api("admin") as admin:
-            run_id = (await web.store.get_call(call["call_id"])).run_id
+            run_id = (await web.store.calls.get_call(call["call_id"])).run_id
             assert (await admin.post(f"/api/runs/{run_id}/cancel", json={"reason": "stop"})).status_code == 200
-        assert (await web.store.get_call(call["call_id"])).status == "outcome_unknown"
+        assert (await web.store.calls.get_call(call["call_id"])).status == "outcome_unknown"
         report = {"outcome": "succeeded", "result": "refunded"}
         late = await agent.post(f"/api/gate/calls/{call['call_id']}/outcome", json=report)
         assert late.status_code == 409
-    inbox = (await web.store.list_calls(status="outcome_unknown")).items
+    inbox = (await web.store.calls.list_calls(status="outcome_unknown")).items
     assert [c.id for c in inbox] == [call["call_id"]]
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_a_waiting_caller_hears_the_decision_while_it_waits(web: WebApp) -> None:
@@ -134,7 +134,9 @@ async def test_of_two_requests_waiting_on_one_call_only_one_is_handed_it_to_run(
         assert sorted(a["handed_out"] for a in answers) == [False, True], answers
         again = (await agent.post("/api/gate/calls", json=gate_call())).json()  # asked again later: not again
         assert (again["decision"], again["status"], again["handed_out"]) == ("approved", "executing", False)
-    trail = [e.action for e in (await web.store.audit_events(subject_id=call["call_id"], newest_first=False)).items]
+    trail = [
+        e.action for e in (await web.store.audit.audit_events(subject_id=call["call_id"], newest_first=False)).items
+    ]
     assert trail.count("call.executing") == 1
 
 
@@ -143,7 +145,7 @@ async def test_arguments_are_checked_against_the_schema_and_nothing_is_stored(we
         refused = await agent.post("/api/gate/calls", json=gate_call(args={"order_id": "A-1", "amount": -3}))
         assert refused.status_code == 422
         assert any("amount" in str(error) for error in refused.json()["errors"]), refused.json()
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 async def test_a_time_to_decide_past_any_date_is_refused_not_a_server_error(web: WebApp) -> None:
@@ -153,7 +155,7 @@ async def test_a_time_to_decide_past_any_date_is_refused_not_a_server_error(web:
         assert refused.status_code == 422
         hooked = await hook(agent, claude_input(), ttl="1e308")
         assert decision_of(hooked)[0] == "deny" and "ttl" in (decision_of(hooked)[1] or "")
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 async def test_an_edit_comes_back_as_the_arguments_to_run(web: WebApp) -> None:
@@ -220,7 +222,7 @@ async def test_claude_code_allow_deny_edit_and_a_retry_finds_the_same_call(web: 
     async with await asking_client(web) as agent:
         waiting = decision_of(await hook(agent, claude_input()))
         assert waiting[0] == "deny" and "/calls/" in (waiting[1] or "")  # the default fallback names the call
-        [call] = (await web.store.list_calls()).items
+        [call] = (await web.store.calls.list_calls()).items
         assert call.context["cwd"] == "/home/dev/project" and call.args["command"] == "rm -rf build"
 
         assert decision_of(await hook(agent, claude_input(), fallback="ask"))[0] == "ask"
@@ -228,11 +230,11 @@ async def test_claude_code_allow_deny_edit_and_a_retry_finds_the_same_call(web: 
         await decide(web, call.id, {"verdict": "edit", "args": {"command": "rm -rf build/tmp"}})
         allowed = decision_of(await hook(agent, claude_input()))
         assert allowed[0] == "allow" and allowed[2] == {"command": "rm -rf build/tmp"}
-        assert len((await web.store.list_calls(status=None)).items) == 1  # every retry found the same call
+        assert len((await web.store.calls.list_calls(status=None)).items) == 1  # every retry found the same call
 
         second = claude_input(tool_use_id="toolu_02", tool_input={"command": "git push --force"})
         await hook(agent, second)
-        [pending] = (await web.store.list_calls()).items
+        [pending] = (await web.store.calls.list_calls()).items
         await decide(web, pending.id, {"verdict": "deny", "reason": "Never force-push main."})
         denied = decision_of(await hook(agent, second))
         assert denied[0] == "deny" and "Never force-push main." in (denied[1] or "")
@@ -241,7 +243,7 @@ async def test_claude_code_allow_deny_edit_and_a_retry_finds_the_same_call(web: 
 async def test_an_edited_bash_command_is_validated(web: WebApp) -> None:
     async with await asking_client(web) as agent:
         await hook(agent, claude_input())
-    [call] = (await web.store.list_calls()).items
+    [call] = (await web.store.calls.list_calls()).items
     async with web.api("reviewer") as reviewer:
         response = await reviewer.post(
             f"/api/calls/{call.id}/decision", json={"verdict": "edit", "args": {"command": ""}}
@@ -266,13 +268,13 @@ async def test_bad_hook_input_is_a_denial_that_says_why_and_nothing_is_stored(
     async with await asking_client(web) as agent:
         decision, said, _ = decision_of(await hook(agent, body))
     assert decision == "deny" and reason in (said or ""), said
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 async def test_refused_hook_input_is_audited(web: WebApp) -> None:
     async with await asking_client(web) as agent:
         await hook(agent, claude_input(tool_input={"description": "no command"}))
-    [event] = [e for e in (await web.store.audit_events()).items if e.action == "call.refused"]
+    [event] = [e for e in (await web.store.audit.audit_events()).items if e.action == "call.refused"]
     assert event.subject_id == "claude_code" and "command" in event.details["reason"]
     assert event.details["tool_name"] == "Bash"
 
@@ -287,7 +289,7 @@ async def test_an_oversized_body_and_a_bad_token_are_denials_not_errors(web: Web
         assert decision == "deny" and "token" in (said or "")
     async with web.client() as nobody:
         assert decision_of(await hook(nobody, claude_input()))[0] == "deny"
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 @pytest.mark.parametrize("cli", ["codex", "gemini", "cursor"])
@@ -314,7 +316,7 @@ async def test_other_clis_get_their_own_format(web: WebApp, cli: str) -> None:
     async with await asking_client(web) as agent:
         waiting = await hook(agent, inputs[cli], cli)
         assert waiting != {}  # not an allow
-        [call] = (await web.store.list_calls()).items
+        [call] = (await web.store.calls.list_calls()).items
         assert call.args["command"] == "rm -rf build"
         await decide(web, call.id, {"verdict": "approve"})
         allowed = await hook(agent, inputs[cli], cli)
@@ -345,7 +347,7 @@ async def test_the_call_page_shows_the_command_the_folder_and_the_sessions_other
         await hook(agent, claude_input(tool_use_id="toolu_a", tool_input={"command": "ls -la"}))
         evil = {"command": "echo '<script>alert(1)</script>' && rm -rf build"}
         await hook(agent, claude_input(tool_use_id="toolu_b", tool_input=evil, cwd="/srv/<b>app</b>"))
-    calls = (await web.store.list_calls()).items
+    calls = (await web.store.calls.list_calls()).items
     latest = next(c for c in calls if c.tool_call_id == "toolu_b")
     browser, _ = await web.login("alice")
     page = (await browser.get(f"/calls/{latest.id}")).text
@@ -367,7 +369,7 @@ async def test_only_the_asker_is_handed_its_approval(web: WebApp) -> None:
         await decide(web, call["call_id"], {"verdict": "approve"})
         taken = await other_agent.get(f"/api/gate/calls/{call['call_id']}")
         assert taken.status_code == 403
-        assert (await web.store.get_call(call["call_id"])).status == "approved"  # still the asker's to run
+        assert (await web.store.calls.get_call(call["call_id"])).status == "approved"  # still the asker's to run
         assert (await agent.get(f"/api/gate/calls/{call['call_id']}")).json()["status"] == "executing"
 
 
@@ -381,41 +383,41 @@ async def test_a_cli_asking_again_with_the_same_input_finds_the_waiting_call(web
         first = await hook(agent, codex_input("call_1", "make deploy"), "codex")
         assert "waits for a person" in first["hookSpecificOutput"]["permissionDecisionReason"]
         await hook(agent, codex_input("call_2", "make deploy"), "codex")
-        [call] = (await web.store.list_calls(status=None)).items
+        [call] = (await web.store.calls.list_calls(status=None)).items
         await decide(web, call.id, {"verdict": "approve"})
         assert await hook(agent, codex_input("call_3", "make deploy"), "codex") == {}
-        assert (await web.store.get_call(call.id)).status == "executing"
+        assert (await web.store.calls.get_call(call.id)).status == "executing"
         # handed out, it is done with: the same command later is a new call
         assert await hook(agent, codex_input("call_4", "make deploy"), "codex") != {}
-    assert len((await web.store.list_calls(status=None)).items) == 2
+    assert len((await web.store.calls.list_calls(status=None)).items) == 2
 
 
 async def test_an_edit_a_cli_cannot_apply_is_run_once_the_model_asks_with_the_edited_input(web: WebApp) -> None:
     async with await asking_client(web) as agent:
         await hook(agent, codex_input("call_1", "rm -rf /srv/app"), "codex")
-        [call] = (await web.store.list_calls()).items
+        [call] = (await web.store.calls.list_calls()).items
         await decide(web, call.id, {"verdict": "edit", "args": {"command": "rm -rf /srv/app/tmp"}})
         told = (await hook(agent, codex_input("call_1", "rm -rf /srv/app"), "codex"))["hookSpecificOutput"]
         assert told["permissionDecision"] == "deny" and '"rm -rf /srv/app/tmp"' in told["permissionDecisionReason"]
         assert not told["permissionDecisionReason"].endswith(".")  # Codex adds ". Command: ..." itself
-        assert (await web.store.get_call(call.id)).status == "approved"  # nothing was handed out to run
+        assert (await web.store.calls.get_call(call.id)).status == "approved"  # nothing was handed out to run
         assert await hook(agent, codex_input("call_2", "rm -rf /srv/app/tmp"), "codex") == {}
-        assert (await web.store.get_call(call.id)).status == "executing"
-    assert len((await web.store.list_calls(status=None)).items) == 1
+        assert (await web.store.calls.get_call(call.id)).status == "executing"
+    assert len((await web.store.calls.list_calls(status=None)).items) == 1
 
 
 async def test_a_post_tool_report_settles_the_call_that_ran(web: WebApp) -> None:
     """Claude Code's PostToolUse names the call by its tool_use_id; Gemini CLI's AfterTool by its tool and input."""
     async with await asking_client(web) as agent:
         await hook(agent, claude_input())
-        [call] = (await web.store.list_calls()).items
+        [call] = (await web.store.calls.list_calls()).items
         await decide(web, call.id, {"verdict": "approve"})
         assert decision_of(await hook(agent, claude_input()))[0] == "allow"
         report = {**claude_input(), "hook_event_name": "PostToolUse", "tool_response": {"stdout": "", "stderr": ""}}
         response = await agent.post("/api/hooks/claude-code", json=report)
         assert response.status_code == 200 and response.json() == {}
         assert hook_client.accepts("claude-code", response.json(), "PostToolUse")
-        settled = await web.store.get_call(call.id)
+        settled = await web.store.calls.get_call(call.id)
         assert settled.status == "succeeded" and settled.result == {"stdout": "", "stderr": ""}
 
         before = {
@@ -426,7 +428,7 @@ async def test_a_post_tool_report_settles_the_call_that_ran(web: WebApp) -> None
             "tool_input": {"command": "make test"},
         }
         await hook(agent, before, "gemini")
-        pending = next(c for c in (await web.store.list_calls()).items if c.tool_name == "run_shell_command")
+        pending = next(c for c in (await web.store.calls.list_calls()).items if c.tool_name == "run_shell_command")
         await decide(web, pending.id, {"verdict": "approve"})
         assert await hook(agent, before, "gemini") == {}
         after = {
@@ -436,12 +438,12 @@ async def test_a_post_tool_report_settles_the_call_that_ran(web: WebApp) -> None
             "tool_response": "x" * 20_000,
         }
         assert (await agent.post("/api/hooks/gemini", json=after)).json() == {}
-        ran = await web.store.get_call(pending.id)
+        ran = await web.store.calls.get_call(pending.id)
         assert ran.status == "succeeded" and len(ran.result["truncated"]) == 16_000  # a long output is cut
 
         stray = {**after, "tool_input": {"command": "ls"}}  # no call was handed out for it: nothing changes
         assert (await agent.post("/api/hooks/gemini", json=stray)).json() == {}
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_a_schema_that_is_not_plain_json_is_refused(web: WebApp) -> None:
@@ -452,7 +454,7 @@ async def test_a_schema_that_is_not_plain_json_is_refused(web: WebApp) -> None:
         refused = await agent.post("/api/gate/calls", content=body, headers={"Content-Type": "application/json"})
         assert refused.status_code in (400, 422), refused.text
         assert "plain JSON" in refused.text
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 async def test_the_mcp_gateway_asks_as_its_own_engine_and_its_retries_find_the_waiting_call(web: WebApp) -> None:
@@ -474,8 +476,8 @@ async def test_the_mcp_gateway_asks_as_its_own_engine_and_its_retries_find_the_w
     assert again.json()["call_id"] == first.json()["call_id"]
     assert other.status_code == 201 and other.json()["call_id"] != first.json()["call_id"]  # no flag: a new call
     assert unknown.status_code == 422  # the hooks' engines ask through their own endpoint
-    call = await web.store.get_call(first.json()["call_id"])
-    assert (await web.store.get_run(call.run_id)).engine == "mcp"
+    call = await web.store.calls.get_call(first.json()["call_id"])
+    assert (await web.store.runs.get_run(call.run_id)).engine == "mcp"
 
 
 # Sessions belong to who opened them; every call knows who asked it (issue 36)
@@ -488,12 +490,12 @@ async def test_a_session_is_its_openers_and_whoever_asked_a_call_never_approves_
     """The reported hole: carol's asking token put a call into the session the billing service's token opened,
     and carol's deciding token, not the run's starter, approved it. Now the ask is refused and nothing stored,
     and a call carol asks in a session of her own waits for another reviewer."""
-    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
-    billing = await web.store.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
-    carol_asks = await web.store.create_token(
+    await web.store.people.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    billing = await web.store.people.create_token("billing", role="reviewer", actor=SYSTEM, scopes=["calls:ask"])
+    carol_asks = await web.store.people.create_token(
         "carol-ask", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:ask"]
     )
-    carol_decides = await web.store.create_token(
+    carol_decides = await web.store.people.create_token(
         "carol-own", role="reviewer", actor=SYSTEM, user="carol", scopes=["calls:decide", "calls:read"]
     )
     opened = gate_call(source="billing", session_id="s1")
@@ -507,7 +509,7 @@ async def test_a_session_is_its_openers_and_whoever_asked_a_call_never_approves_
     async with bearer(billing) as service, bearer(carol_asks) as carol, bearer(carol_decides) as carol_decider:
         first = await service.post("/api/gate/calls", json=opened)
         assert first.status_code == 201, first.text
-        assert (await web.store.get_call(first.json()["call_id"])).requested_by == "token:billing"
+        assert (await web.store.calls.get_call(first.json()["call_id"])).requested_by == "token:billing"
 
         refused = await carol.post("/api/gate/calls", json=slipped)
         assert refused.status_code == 403, refused.text
@@ -522,7 +524,7 @@ async def test_a_session_is_its_openers_and_whoever_asked_a_call_never_approves_
         own = await carol.post("/api/gate/calls", json={**slipped, "session_id": "carol-1"})
         assert own.status_code == 201, own.text
         own_id = own.json()["call_id"]
-        assert (await web.store.get_call(own_id)).requested_by == "carol"
+        assert (await web.store.calls.get_call(own_id)).requested_by == "carol"
         approved = await carol_decider.post(f"/api/calls/{own_id}/decision", json={"verdict": "approve"})
         assert approved.status_code == 403 and approved.json()["detail"] == OWN_CALL
         edit = {"verdict": "edit", "args": {"order_id": "A-9", "amount": 1}}
@@ -530,15 +532,15 @@ async def test_a_session_is_its_openers_and_whoever_asked_a_call_never_approves_
         shown = (await carol_decider.get(f"/api/calls/{own_id}")).json()
         assert shown["status"] == "pending" and shown["requested_by"] == "carol"
 
-    stored = (await web.store.list_calls(status=None)).items
+    stored = (await web.store.calls.list_calls(status=None)).items
     assert sorted(c.id for c in stored) == sorted([first.json()["call_id"], own_id])  # nothing slipped in
-    billing_run = (await web.store.get_call(first.json()["call_id"])).run_id
-    assert [c.tool_call_id for c in await web.store.run_calls(billing_run)] == ["call-1"]
-    refusals = [e for e in (await web.store.audit_events()).items if e.action == "call.refused"]
+    billing_run = (await web.store.calls.get_call(first.json()["call_id"])).run_id
+    assert [c.tool_call_id for c in await web.store.calls.run_calls(billing_run)] == ["call-1"]
+    refusals = [e for e in (await web.store.audit.audit_events()).items if e.action == "call.refused"]
     assert sorted(e.actor for e in refusals) == ["api-admin", "carol", "carol"]
     assert all(e.details["reason"] == NOT_YOUR_SESSION and e.details["session_id"] == "s1" for e in refusals)
     await decide(web, own_id, {"verdict": "approve"})  # another reviewer may
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_a_hook_in_another_tokens_session_is_denied_and_nothing_is_stored(web: WebApp) -> None:
@@ -546,4 +548,4 @@ async def test_a_hook_in_another_tokens_session_is_denied_and_nothing_is_stored(
         await hook(agent, claude_input(tool_use_id="toolu_1"))  # waits for a person (the fallback answers meanwhile)
         decision, said, _ = decision_of(await hook(intruder, claude_input(tool_use_id="toolu_2")))
     assert decision == "deny" and "was opened by another token or user" in (said or "")
-    assert [c.tool_call_id for c in (await web.store.list_calls(status=None)).items] == ["toolu_1"]
+    assert [c.tool_call_id for c in (await web.store.calls.list_calls(status=None)).items] == ["toolu_1"]

@@ -25,7 +25,7 @@ async def test_a_backtracking_pattern_is_an_ordinary_refusal(web: WebApp) -> Non
         lookaround = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?=a)a"}}}
         unusable = await agent.post("/api/gate/calls", json=gate_call(json_schema=lookaround, args={"x": "a"}))
         assert unusable.status_code in (400, 422) and "linear time" in unusable.text, unusable.text
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []
 
 
 async def test_the_server_answers_others_while_a_costly_schema_is_checked(web: WebApp) -> None:
@@ -49,4 +49,4 @@ async def test_the_server_answers_others_while_a_costly_schema_is_checked(web: W
             group.start_soon(costly)
             group.start_soon(health)
     assert finished == ["health", "costly"]
-    assert (await web.store.list_calls(status=None)).items == []
+    assert (await web.store.calls.list_calls(status=None)).items == []

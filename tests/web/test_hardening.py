@@ -93,7 +93,7 @@ async def test_a_nul_in_an_address_no_route_has_is_a_404(web: WebApp) -> None:
 
 
 async def test_a_cursor_hiding_a_lone_surrogate_is_a_400_on_pages_and_api(web: WebApp) -> None:
-    await web.store.start_run("shop", "hi", actor=SYSTEM)
+    await web.store.runs.start_run("shop", "hi", actor=SYSTEM)
     forged = base64.urlsafe_b64encode(json.dumps(["2026-01-01T00:00:00+00:00", "\ud800x"]).encode()).decode()
     client, _ = await web.login("alice")
     try:

@@ -42,7 +42,7 @@ async def test_while_postgresql_is_down_clients_get_503_and_readyz_says_not_read
         app = create_app(Settings(database_url=url, secret_key="test", worker_poll_interval=3600))
         async with app.router.lifespan_context(app):
             store = app.state.context.store
-            token = await store.create_token("svc", role="reviewer", actor=SYSTEM)
+            token = await store.people.create_token("svc", role="reviewer", actor=SYSTEM)
             transport = httpx.ASGITransport(app=app)
             headers = {"Authorization": f"Bearer {token}"}
             async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=headers) as client:

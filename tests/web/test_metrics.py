@@ -98,8 +98,8 @@ async def _script(web: WebApp) -> None:
     async with web.api("reviewer") as reviewer:
         approved = await reviewer.post(f"/api/calls/{calls[1]}/decision", json={"verdict": "approve"})
         assert approved.status_code == 200, approved.text
-    assert await web.store.expire(now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) == 1
-    run_id = (await web.store.get_call(calls[3])).run_id
+    assert await web.store.calls.expire(now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) == 1
+    run_id = (await web.store.calls.get_call(calls[3])).run_id
     # a failed run as the resumer writes it (`Type: message`); the scripted gate runs never fail on their own
     await execute(
         web.store, "UPDATE runs SET status = 'failed', error = :e WHERE id = :id", e="ValueError: x", id=run_id
@@ -154,8 +154,8 @@ def scrape_in_own_process(db_url: str, tmp_path: Path) -> str:
 async def test_metrics_need_the_scope(web: WebApp) -> None:
     async with web.client() as nobody:
         assert (await nobody.get("/metrics")).status_code == 401
-    reader = await web.store.create_token("reader", role="viewer", actor=SYSTEM, scopes=["runs:read"])
-    scraper = await web.store.create_token("scraper", role="viewer", actor=SYSTEM, scopes=["metrics:read"])
+    reader = await web.store.people.create_token("reader", role="viewer", actor=SYSTEM, scopes=["runs:read"])
+    scraper = await web.store.people.create_token("scraper", role="viewer", actor=SYSTEM, scopes=["metrics:read"])
     async with web.client(headers={"Authorization": f"Bearer {reader}"}) as client:
         assert (await client.get("/metrics")).status_code == 403
     async with web.client(headers={"Authorization": f"Bearer {scraper}"}) as client:
@@ -185,12 +185,12 @@ async def test_public_metrics_and_a_database_outage(db_url: str, tmp_path: Any) 
 async def test_a_decision_records_its_channel(web: WebApp) -> None:
     async with await asking_client(web) as agent:
         call_id = (await agent.post("/api/gate/calls", json=gate_call())).json()["call_id"]
-    call = await web.store.get_call(call_id)
+    call = await web.store.calls.get_call(call_id)
     slack = Actor(id="bob", role="reviewer", channel="slack")
-    await web.store.decide(call_id, Approve(args_digest=call.current_digest), actor=slack)
+    await web.store.calls.decide(call_id, Approve(args_digest=call.current_digest), actor=slack)
     got = samples(await scrape(web))
     assert got[("approvals_decisions_total", (("channel", "slack"), ("verdict", "approve")))] == 1
-    trail = await web.store.audit_events(action="call.approved", run_id=call.run_id)
+    trail = await web.store.audit.audit_events(action="call.approved", run_id=call.run_id)
     assert [(event.details or {}).get("channel") for event in trail.items] == ["slack"]
     async with web.store.db.read() as session:
         channels = (
@@ -206,14 +206,14 @@ async def test_resumes_and_hook_fallbacks_are_counted(web: WebApp, tmp_path: Pat
     starter = Actor("svc", "reviewer")
     run_id = await service.start_run("shop", "refund A-1", actor=starter, deps={"log": str(tmp_path / "tools.log")})
     await service.resumer.resume(run_id)
-    calls = {call.tool_name: call for call in await web.store.run_calls(run_id)}
+    calls = {call.tool_name: call for call in await web.store.calls.run_calls(run_id)}
     alice, bob = Actor("alice", "reviewer", channel="api"), Actor("bob", "reviewer", channel="api")
     await service.decide(calls["refund"].id, Approve(args_digest=calls["refund"].current_digest), actor=alice)
     for reviewer in (alice, bob):
         digest = calls["delete_customer"].current_digest
         await service.decide(calls["delete_customer"].id, Approve(args_digest=digest), actor=reviewer)
     await service.resumer.resume(run_id)
-    assert (await web.store.get_run(run_id)).status == "completed"
+    assert (await web.store.runs.get_run(run_id)).status == "completed"
     async with await asking_client(web) as agent:
         for cli, fallback in (("claude-code", "ask"), ("claude-code", "deny"), ("codex", "deny")):
             body = claude_input(session_id=f"{cli}-{fallback}", tool_use_id=f"toolu_{fallback}")
@@ -230,8 +230,8 @@ async def test_resumes_and_hook_fallbacks_are_counted(web: WebApp, tmp_path: Pat
         (("engine", "claude_code"), ("fallback", "deny")): 1,
         (("engine", "codex"), ("fallback", "deny")): 1,
     }
-    assert (await web.store.audit_events(action="call.fallback", run_id=run_id)).items == []  # asked no hook
-    trail = (await web.store.audit_events(action="call.fallback")).items
+    assert (await web.store.audit.audit_events(action="call.fallback", run_id=run_id)).items == []  # asked no hook
+    trail = (await web.store.audit.audit_events(action="call.fallback")).items
     assert sorted((e.details or {})["fallback"] for e in trail) == ["ask", "deny", "deny"]
     assert all((e.details or {})["waited_seconds"] >= 0 and e.subject_type == "call" for e in trail)
 
@@ -246,7 +246,7 @@ def test_failure_reasons() -> None:
 
 async def test_a_rule_allow_counts_for_its_rule_not_for_people(web: WebApp) -> None:
     rules = "rules:\n  - name: small-refunds\n    tool: refund\n    when: args.amount < 50\n    effect: allow\n"
-    await web.store.apply_rules(load_rules(rules), actor=SYSTEM)
+    await web.store.rules.apply_rules(load_rules(rules), actor=SYSTEM)
     async with await asking_client(web) as agent:
         response = await agent.post("/api/gate/calls", params={"wait": 0}, json=gate_call())
     assert response.json()["decided_by"] == "rule:small-refunds"

@@ -114,9 +114,9 @@ async def paused(
     for extra in (ship_agent, xss_agent):
         if extra.name not in registry:
             registry.register(extra)
-    run_id = await web.store.start_run(agent, prompt, actor=actor, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run(agent, prompt, actor=actor, deps={"log": str(tmp_path / "log")})
     await web.app.state.context.service.resume_now(run_id)
-    return run_id, {c.tool_name: c for c in await web.store.run_calls(run_id)}
+    return run_id, {c.tool_name: c for c in await web.store.calls.run_calls(run_id)}
 
 
 def card_of(page: str, call_id: str) -> str:
@@ -170,8 +170,8 @@ async def test_viewers_read_everything_but_get_no_buttons_and_their_posts_are_re
         response = await client.post(path, data={**data, "csrf_token": csrf})
         assert response.status_code == 403, path
         assert "reviewer role" in response.text or "admin role" in response.text
-    assert (await web.store.get_call(refund.id)).status == "pending"
-    assert await web.store.decisions_for(refund.id) == []
+    assert (await web.store.calls.get_call(refund.id)).status == "pending"
+    assert await web.store.calls.decisions_for(refund.id) == []
 
 
 async def test_posts_without_the_csrf_token_are_refused(web: WebApp, tmp_path: Path) -> None:
@@ -184,8 +184,8 @@ async def test_posts_without_the_csrf_token_are_refused(web: WebApp, tmp_path: P
         assert missing.status_code == 403 and "CSRF" in missing.text
         wrong = await who.post(path, data={"args_digest": refund.args_digest, "csrf_token": "forged"})
         assert wrong.status_code == 403
-    assert (await web.store.get_call(refund.id)).status == "pending"
-    assert (await web.store.get_run(run_id)).status == "awaiting_approval"
+    assert (await web.store.calls.get_call(refund.id)).status == "pending"
+    assert (await web.store.runs.get_run(run_id)).status == "awaiting_approval"
     # the header htmx sends works as well as the form field
     ok = await client.post(
         f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest}, headers={"x-csrftoken": csrf}
@@ -214,7 +214,7 @@ async def test_inbox_lists_pending_calls_oldest_first_with_summary_age_and_count
     assert re.search(r'<tr id="row-[0-9a-f]+"[^>]*class="expiring"', page)
     assert page.count('class="expiring"') == 1
     assert re.search(r'<span class="badge warn" title="Expires soon: decide first">\d+s</span>', page)
-    await web.store.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    await web.store.calls.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
     after = (await client.get("/")).text
     assert len(re.findall(r'<tr id="row-', after)) == 2
     assert re.search(r'approved <span class="count">1</span>', after)
@@ -223,7 +223,7 @@ async def test_inbox_lists_pending_calls_oldest_first_with_summary_age_and_count
 async def test_inbox_filters_by_agent_tool_status_and_argument_text(web: WebApp, tmp_path: Path) -> None:
     await paused(web, tmp_path, agent="mailer")
     _, calls = await paused(web, tmp_path)
-    await web.store.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    await web.store.calls.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
     client, _ = await web.login("alice")
 
     async def tools_listed(query: str) -> list[str]:
@@ -287,7 +287,7 @@ async def test_inbox_rows_approve_and_deny_in_place(web: WebApp, tmp_path: Path)
         f"/calls/{delete.id}/deny", data={"reason": "needs a ticket", "view": "row", "csrf_token": csrf}, headers=HX
     )
     assert denied.status_code == 200 and "denied</span>" in denied.text
-    assert (await web.store.get_call(delete.id)).denial_reason == "needs a ticket"
+    assert (await web.store.calls.get_call(delete.id)).denial_reason == "needs a ticket"
     plain = await client.post(
         f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest, "view": "row", "csrf_token": csrf}
     )
@@ -341,7 +341,7 @@ async def test_a_steps_calls_are_shown_together_and_decided_one_by_one(web: WebA
         f"/calls/{calls['delete_customer'].id}/deny", data={"reason": "no", "csrf_token": csrf}, headers=HX
     )
     assert response.status_code == 200
-    assert (await web.store.get_call(calls["refund"].id)).status == "pending"
+    assert (await web.store.calls.get_call(calls["refund"].id)).status == "pending"
 
 
 async def test_approve_without_htmx_redirects_to_the_call(web: WebApp, tmp_path: Path) -> None:
@@ -352,12 +352,12 @@ async def test_approve_without_htmx_redirects_to_the_call(web: WebApp, tmp_path:
         f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest, "csrf_token": csrf}
     )
     assert response.status_code == 303 and response.headers["location"] == f"/calls/{refund.id}"
-    assert (await web.store.get_call(refund.id)).status == "approved"
+    assert (await web.store.calls.get_call(refund.id)).status == "approved"
     page = (await client.get(response.headers["location"])).text
     assert "<strong>Approved</strong> by <strong>alice</strong>" in card_of(page, refund.id)
     missing_digest = await client.post(f"/calls/{calls['delete_customer'].id}/approve", data={"csrf_token": csrf})
     assert missing_digest.status_code == 422
-    assert await web.store.decisions_for(calls["delete_customer"].id) == []
+    assert await web.store.calls.decisions_for(calls["delete_customer"].id) == []
 
 
 async def test_approve_with_htmx_returns_the_decided_card(web: WebApp, tmp_path: Path) -> None:
@@ -390,8 +390,8 @@ async def test_approving_a_call_someone_else_decided_shows_who_and_applies_nothi
     assert late.status_code == 409 and is_fragment(late)
     assert "bob decided this call first (denied); your decision was not applied." in late.text
     assert "<strong>Denied</strong> by <strong>bob</strong>" in late.text
-    assert [d.actor for d in await web.store.decisions_for(refund.id)] == ["bob"]
-    assert (await web.store.get_call(refund.id)).status == "denied"
+    assert [d.actor for d in await web.store.calls.decisions_for(refund.id)] == ["bob"]
+    assert (await web.store.calls.get_call(refund.id)).status == "denied"
 
 
 async def test_approving_arguments_that_changed_meanwhile_is_refused(web: WebApp, tmp_path: Path) -> None:
@@ -411,13 +411,13 @@ async def test_approving_arguments_that_changed_meanwhile_is_refused(web: WebApp
     assert stale.status_code == 409
     assert "changed since you loaded them" in stale.text
     assert '<div class="value">8</div>' in stale.text  # the card now shows the new arguments
-    assert [d.actor for d in await web.store.decisions_for(delete.id)] == ["bob"]
+    assert [d.actor for d in await web.store.calls.decisions_for(delete.id)] == ["bob"]
     fresh = re.search(r'name="args_digest" value="([0-9a-f]+)"', stale.text).group(1)  # type: ignore[union-attr]
     ok = await alice.post(
         f"/calls/{delete.id}/approve", data={"args_digest": fresh, "csrf_token": alice_csrf}, headers=HX
     )
     assert ok.status_code == 200 and "<strong>Approved</strong> by <strong>alice</strong>" in ok.text
-    assert (await web.store.get_call(delete.id)).override_args == {"customer_id": 8}
+    assert (await web.store.calls.get_call(delete.id)).override_args == {"customer_id": 8}
 
 
 async def test_an_invalid_edit_shows_field_errors_in_place_and_saves_nothing(web: WebApp, tmp_path: Path) -> None:
@@ -434,9 +434,9 @@ async def test_an_invalid_edit_shows_field_errors_in_place_and_saves_nothing(web
     )
     assert error is not None and "valid decimal" in error.group(1)
     assert '<details class="action" open>\n          <summary>Edit &amp; approve' in response.text
-    call = await web.store.get_call(refund.id)
+    call = await web.store.calls.get_call(refund.id)
     assert call.status == "pending" and call.override_args is None
-    assert await web.store.decisions_for(refund.id) == []
+    assert await web.store.calls.decisions_for(refund.id) == []
     # without JavaScript the whole page comes back with the same errors
     plain = await client.post(f"/calls/{refund.id}/edit", data=form)
     assert plain.status_code == 422 and "<html" in plain.text and "valid decimal" in plain.text
@@ -462,7 +462,7 @@ async def test_a_valid_edit_is_typed_by_the_schema_and_approved(web: WebApp, tmp
     response = await client.post(f"/calls/{call.id}/edit", data=form, headers=HX)
     assert response.status_code == 200, response.text
     assert "<strong>Edited and approved</strong> by <strong>alice</strong>" in response.text
-    edited = await web.store.get_call(call.id)
+    edited = await web.store.calls.get_call(call.id)
     assert edited.override_args == {
         "order_id": "A-7",
         "address": {"name": "Ann Lee", "postcode": "10117", "city": "Berlin"},
@@ -473,7 +473,7 @@ async def test_a_valid_edit_is_typed_by_the_schema_and_approved(web: WebApp, tmp
         "note": None,
     }
     await web.app.state.context.service.resume_now(run_id)
-    assert (await web.store.get_run(run_id)).output.startswith('Done. ship returned "shipped 2 to Berlin"')
+    assert (await web.store.runs.get_run(run_id)).output.startswith('Done. ship returned "shipped 2 to Berlin"')
 
 
 async def test_nested_and_json_errors_land_on_their_fields(web: WebApp, tmp_path: Path) -> None:
@@ -501,7 +501,7 @@ async def test_nested_and_json_errors_land_on_their_fields(web: WebApp, tmp_path
     assert errors["items"].startswith("Not valid JSON")
     assert "less than or equal to 10" in errors["quantity"]
     assert 'name="args.items" rows="6" aria-invalid="true"' in response.text and "[mug</textarea>" in response.text
-    assert await web.store.decisions_for(call.id) == []
+    assert await web.store.calls.decisions_for(call.id) == []
 
 
 async def test_deny_needs_a_reason_and_the_model_reads_it(web: WebApp, tmp_path: Path) -> None:
@@ -510,7 +510,7 @@ async def test_deny_needs_a_reason_and_the_model_reads_it(web: WebApp, tmp_path:
     client, csrf = await web.login("alice")
     empty = await client.post(f"/calls/{call.id}/deny", data={"reason": "  ", "csrf_token": csrf}, headers=HX)
     assert empty.status_code == 422 and "Write why you deny this call." in empty.text
-    assert await web.store.decisions_for(call.id) == []
+    assert await web.store.calls.decisions_for(call.id) == []
     denied = await client.post(
         f"/calls/{call.id}/deny", data={"reason": "Ann asked not to be emailed", "csrf_token": csrf}
     )
@@ -540,7 +540,7 @@ async def test_answer_gives_the_model_a_result_without_running_the_tool(web: Web
         headers=HX,
     )
     assert good.status_code == 200 and "<strong>Answered</strong> by <strong>alice</strong>" in good.text
-    assert (await web.store.get_call(call.id)).answer == {"sent": False}
+    assert (await web.store.calls.get_call(call.id)).answer == {"sent": False}
     await web.app.state.context.service.resume_now(run_id)
     assert not (tmp_path / "log").exists()  # the tool never ran
     page = (await client.get(f"/runs/{run_id}")).text
@@ -588,8 +588,8 @@ async def test_the_approver_denies_a_quorum_call_and_settles_an_unknown_outcome_
     assert "<strong>Denied</strong> by <strong>alice</strong>" in denied.text
     await alice.post(f"/calls/{refund.id}/approve", data={"args_digest": refund.args_digest, "csrf_token": csrf})
     # the worker that claims the run dies before the refund's outcome is stored
-    assert await web.store.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
-    assert await web.store.claim("rescuer", run_id=run_id) is None
+    assert await web.store.runs.claim("dead-worker", run_id=run_id, lease_seconds=0) is not None
+    assert await web.store.runs.claim("rescuer", run_id=run_id) is None
     card = card_of((await alice.get(f"/calls/{refund.id}")).text, refund.id)
     assert "it may or may not have happened" in card and f"/calls/{refund.id}/approve" in card
 
@@ -599,7 +599,7 @@ async def test_the_approver_denies_a_quorum_call_and_settles_an_unknown_outcome_
 
     assert again.status_code == 200, again.text
     assert "<strong>Approved</strong> by <strong>alice</strong>" in again.text
-    assert (await web.store.get_run(run_id)).status == "ready"
+    assert (await web.store.runs.get_run(run_id)).status == "ready"
 
 
 async def test_unknown_calls_and_runs_are_404_pages(web: WebApp) -> None:
@@ -646,8 +646,8 @@ async def test_admins_cancel_runs_and_others_cannot(web: WebApp, tmp_path: Path)
     assert "Cancel this run" in page
     response = await admin.post(f"/runs/{run_id}/cancel", data={"reason": "duplicate", "csrf_token": csrf})
     assert response.status_code == 303 and response.headers["location"] == f"/runs/{run_id}"
-    assert (await web.store.get_run(run_id)).status == "cancelled"
-    assert (await web.store.get_call(calls["refund"].id)).status == "cancelled"
+    assert (await web.store.runs.get_run(run_id)).status == "cancelled"
+    assert (await web.store.calls.get_call(calls["refund"].id)).status == "cancelled"
     again = await admin.post(f"/runs/{run_id}/cancel", data={"csrf_token": csrf}, headers=HX)
     assert again.status_code == 409 and "already ended (cancelled)" in again.text and is_fragment(again)
     shown = (await admin.get(f"/runs/{run_id}")).text
@@ -656,20 +656,20 @@ async def test_admins_cancel_runs_and_others_cannot(web: WebApp, tmp_path: Path)
 
 async def test_admins_cancel_a_run_a_worker_holds(web: WebApp, tmp_path: Path) -> None:
     run_id, calls = await paused(web, tmp_path)
-    await web.store.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
-    await web.store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("bob", "reviewer"))
-    assert await web.store.claim("w1", run_id=run_id) is not None  # the refund is executing
+    await web.store.calls.decide(calls["refund"].id, Approve(), actor=Actor("bob", "reviewer"))
+    await web.store.calls.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("bob", "reviewer"))
+    assert await web.store.runs.claim("w1", run_id=run_id) is not None  # the refund is executing
     admin, csrf = await web.login("ada")
     assert "Cancel this run" in (await admin.get(f"/runs/{run_id}")).text
 
     response = await admin.post(f"/runs/{run_id}/cancel", data={"reason": "duplicate", "csrf_token": csrf})
 
     assert response.status_code == 303, response.text
-    assert (await web.store.get_run(run_id)).status == "cancelled"
-    assert (await web.store.get_call(calls["refund"].id)).status == "outcome_unknown"
+    assert (await web.store.runs.get_run(run_id)).status == "cancelled"
+    assert (await web.store.calls.get_call(calls["refund"].id)).status == "outcome_unknown"
     with pytest.raises(LeaseLost):  # the worker's next write
-        await web.store.append_step(run_id, "w1", [ModelRequest(parts=[UserPromptPart(content="late")])])
-    assert (await web.store.get_run(run_id)).status == "cancelled"
+        await web.store.runs.append_step(run_id, "w1", [ModelRequest(parts=[UserPromptPart(content="late")])])
+    assert (await web.store.runs.get_run(run_id)).status == "cancelled"
 
 
 # --- audit log -----------------------------------------------------------------------------

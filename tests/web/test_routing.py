@@ -55,9 +55,9 @@ OUTSIDER_SENTENCE = refusal_sentence(CallRefusal.NOT_IN_GROUPS)
 
 async def setup(web: WebApp, **groups: list[str]) -> None:
     """The rules, and each named user's groups."""
-    await web.store.apply_rules(load_rules(RULES), actor=SYSTEM)
+    await web.store.rules.apply_rules(load_rules(RULES), actor=SYSTEM)
     for username, names in groups.items():
-        await web.store.set_user_groups(username, names, actor=SYSTEM)
+        await web.store.people.set_user_groups(username, names, actor=SYSTEM)
 
 
 async def asked(web: WebApp, agent: httpx.AsyncClient, key: str, amount: float, **overrides: Any) -> dict[str, Any]:
@@ -66,12 +66,12 @@ async def asked(web: WebApp, agent: httpx.AsyncClient, key: str, amount: float, 
     response = await agent.post("/api/gate/calls", json=body)
     assert response.status_code in (200, 201), response.text
     answer: dict[str, Any] = response.json()
-    answer["args_digest"] = (await web.store.get_call(answer["call_id"])).current_digest
+    answer["args_digest"] = (await web.store.calls.get_call(answer["call_id"])).current_digest
     return answer
 
 
 async def own_token(web: WebApp, username: str, role: str = "reviewer", scopes: list[str] | None = None) -> str:
-    return await web.store.create_token(
+    return await web.store.people.create_token(
         f"{username}-{role}-token", role=role, actor=SYSTEM, user=username, scopes=scopes
     )
 
@@ -133,7 +133,7 @@ async def test_for_me_lists_the_calls_a_reviewer_may_approve_now_in_the_inbox_an
 
 
 async def test_whoever_asked_a_call_may_not_approve_and_remember_it(web: WebApp) -> None:
-    await web.store.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
+    await web.store.people.create_user("carol", "carol-pw-1234", role="reviewer", actor=SYSTEM)
     await setup(web, carol=["finance"])
     async with bearer(web, await own_token(web, "carol", scopes=["calls:ask"])) as carol_agent:
         hers = await asked(web, carol_agent, "hers", 100, session_id="carol-1")  # routed to finance, carol's
@@ -142,8 +142,10 @@ async def test_whoever_asked_a_call_may_not_approve_and_remember_it(web: WebApp)
             f"/api/calls/{hers['call_id']}/approve-and-remember", json={"scope": "session", "duration": "1h"}
         )
     assert assert_problem(remembered, 403)["detail"] == refusal_sentence(CallRefusal.OWN_CALL)
-    assert (await web.store.get_call(hers["call_id"])).status == CallStatus.PENDING
-    assert [rule.name for rule in (await web.store.rules_in_force()).rules if rule.name.startswith("remembered")] == []
+    assert (await web.store.calls.get_call(hers["call_id"])).status == CallStatus.PENDING
+    assert [
+        rule.name for rule in (await web.store.policy.rules_in_force()).rules if rule.name.startswith("remembered")
+    ] == []
 
 
 async def test_an_outsider_is_refused_by_the_page_and_the_api_alike_and_a_member_approves(web: WebApp) -> None:
@@ -175,7 +177,7 @@ async def test_an_outsider_is_refused_by_the_page_and_the_api_alike_and_a_member
             f"/calls/{call_id}/approve", data={"args_digest": routed["args_digest"], "csrf_token": csrf}, headers=HX
         )
         assert forced.status_code == 403 and problem["detail"] in html.unescape(forced.text)
-    assert (await web.store.get_call(call_id)).status == CallStatus.PENDING
+    assert (await web.store.calls.get_call(call_id)).status == CallStatus.PENDING
 
     alice, csrf = await web.login("alice")
     async with aclosing(alice):
@@ -185,7 +187,7 @@ async def test_an_outsider_is_refused_by_the_page_and_the_api_alike_and_a_member
             f"/calls/{call_id}/approve", data={"args_digest": routed["args_digest"], "csrf_token": csrf}
         )
         assert approved.status_code == 303
-    call = await web.store.get_call(call_id)
+    call = await web.store.calls.get_call(call_id)
     assert (call.status, call.decided_by) == (CallStatus.APPROVED, "alice")
 
 
@@ -204,7 +206,7 @@ async def test_a_quorum_routed_to_a_group_takes_two_of_its_members(web: WebApp) 
         assert joined.status_code == 200 and joined.json()["groups"] == ["finance"]
         second = await bob.post(f"/api/calls/{call_id}/decision", json={"verdict": "approve"})  # the cached actor
         assert second.status_code == 200, second.text  # was forgotten: bob's token sees his new group
-    call = await web.store.get_call(call_id)
+    call = await web.store.calls.get_call(call_id)
     assert (call.status, call.decided_by) == (CallStatus.APPROVED, "bob")
 
 
@@ -246,7 +248,7 @@ async def test_approve_and_remember_on_the_page_decides_the_next_matching_call_u
         other_session = await asked(web, agent, "other-session", 120, session_id="s-2")
     assert again["decision"] == "approved"
     assert (other_amount["decision"], other_session["decision"]) == ("pending", "pending")
-    decided = await web.store.get_call(again["call_id"])
+    decided = await web.store.calls.get_call(again["call_id"])
     assert (decided.decided_by, decided.rule_name, decided.rule_version) == (f"rule:{name}", name, 1)
 
     bob, bob_csrf = await web.login("bob")
@@ -280,7 +282,7 @@ async def test_approve_and_remember_on_the_page_decides_the_next_matching_call_u
     async with await asking_client(web) as agent:
         after = await asked(web, agent, "after", 120)
     assert after["decision"] == "pending"
-    actions = [e.action for e in (await web.store.audit_events(subject_id=name)).items]
+    actions = [e.action for e in (await web.store.audit.audit_events(subject_id=name)).items]
     assert sorted(actions) == ["rule.deleted", "rule.remembered"]
 
 
@@ -313,9 +315,9 @@ async def test_a_refused_remember_form_comes_back_as_typed_and_nothing_is_approv
         assert stale.status_code == 409
         quorum_page = await alice.get(f"/calls/{big['call_id']}")
         assert "approve-and-remember" not in quorum_page.text  # two approvals: one person's rule cannot stand in
-    assert (await web.store.get_call(call["call_id"])).status == CallStatus.PENDING
-    assert await web.store.list_rules(kind=None) != []  # the standing ones only
-    assert all(not rule.name.startswith("remembered-") for rule in await web.store.list_rules())
+    assert (await web.store.calls.get_call(call["call_id"])).status == CallStatus.PENDING
+    assert await web.store.rules.list_rules(kind=None) != []  # the standing ones only
+    assert all(not rule.name.startswith("remembered-") for rule in await web.store.rules.list_rules())
 
 
 async def test_approve_and_remember_through_the_api(web: WebApp) -> None:
@@ -389,14 +391,14 @@ async def test_groups_are_managed_by_admins_on_the_page_and_through_the_api_and_
         assert bad.text.lstrip().startswith("<tr")  # the row alone, for htmx
         cleared = await ada.post("/users/victor/groups", data={"groups": " ", "csrf_token": csrf}, headers=HX)
         assert cleared.status_code == 200 and "Saved." in cleared.text
-    assert (await web.store.get_user("bob")).groups == ["finance", "ops"]
+    assert (await web.store.people.get_user("bob")).groups == ["finance", "ops"]
 
-    changes = (await web.store.audit_events(action="user.groups_changed")).items
+    changes = (await web.store.audit.audit_events(action="user.groups_changed")).items
     by_user = {event.subject_id: event for event in changes}
     assert by_user["alice"].details == {"groups": ["finance", "support"], "previous": []}
     assert by_user["alice"].actor == "api-admin" and by_user["bob"].actor == "ada"
     assert "victor" not in by_user  # no groups before, none after: nothing changed
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 # The pure parts: what a page says about rules, and the remember form's choices

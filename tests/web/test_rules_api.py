@@ -54,7 +54,7 @@ async def ask(web: WebApp, tool: str, args: dict[str, Any], key: str) -> dict[st
 
 
 async def actions(web: WebApp, name: str) -> list[str]:
-    page = await web.store.audit_events(subject_id=name, limit=100)
+    page = await web.store.audit.audit_events(subject_id=name, limit=100)
     return [event.action for event in sorted(page.items, key=lambda e: e.id) if event.subject_type == "rule"]
 
 
@@ -120,7 +120,7 @@ async def test_an_admin_creates_changes_disables_and_removes_a_rule_and_every_ve
         "rule.deleted",
         "rule.created",
     ]
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_the_rules_decide_gate_calls_as_saved(web: WebApp) -> None:
@@ -168,7 +168,7 @@ async def test_invalid_cel_is_refused_with_its_line_and_column_and_nothing_is_sa
         unknown_var = (await admin.post("/api/rules/check", json={"when": "foo == 1"})).json()
         assert unknown_var["valid"] is False and "unknown variable 'foo'" in unknown_var["error"]
         assert unknown_var["line"] is None
-    assert await web.store.list_rules() == []
+    assert await web.store.rules.list_rules() == []
 
 
 async def test_writing_rules_takes_an_admin_with_rules_write_and_reading_takes_rules_read(web: WebApp) -> None:
@@ -195,17 +195,19 @@ async def test_writing_rules_takes_an_admin_with_rules_write_and_reading_takes_r
         assert_problem(await nobody.get("/api/rules"), 401)
         assert_problem(await nobody.put("/api/rules/x", json=SMALL_REFUNDS), 401)
 
-    reader = await web.store.create_token("reader", role="admin", actor=SYSTEM, user="api-admin", scopes=["rules:read"])
+    reader = await web.store.people.create_token(
+        "reader", role="admin", actor=SYSTEM, user="api-admin", scopes=["rules:read"]
+    )
     async with web.client(headers={"Authorization": f"Bearer {reader}"}) as client:
         assert (await client.get("/api/rules")).status_code == 200
         assert "rules:write" in assert_problem(await client.put("/api/rules/x", json=SMALL_REFUNDS), 403)["detail"]
-    calls_only = await web.store.create_token("calls", role="admin", actor=SYSTEM, scopes=["calls:read"])
+    calls_only = await web.store.people.create_token("calls", role="admin", actor=SYSTEM, scopes=["calls:read"])
     async with web.client(headers={"Authorization": f"Bearer {calls_only}"}) as client:
         assert "rules:read" in assert_problem(await client.get("/api/rules"), 403)["detail"]
-    writer = await web.store.create_token("writer", role="admin", actor=SYSTEM, scopes=["rules:write"])
+    writer = await web.store.people.create_token("writer", role="admin", actor=SYSTEM, scopes=["rules:write"])
     async with web.client(headers={"Authorization": f"Bearer {writer}"}) as client:
         assert (await client.put("/api/rules/other", json=SMALL_REFUNDS)).status_code == 201
-    assert [r.spec.when for r in await web.store.list_rules()] == ["args.amount < 50", "args.amount < 50"]
+    assert [r.spec.when for r in await web.store.rules.list_rules()] == ["args.amount < 50", "args.amount < 50"]
 
 
 async def test_a_browser_session_uses_the_api_with_its_csrf_token(web: WebApp) -> None:
@@ -250,7 +252,7 @@ async def test_applying_a_rules_file_is_idempotent_and_says_what_changed(web: We
             "when": ["args.amount < 40", "args.amount < 50"],
         }
         assert [r["name"] for r in (await admin.get("/api/rules")).json()["items"]] == ["small-refunds"]
-    applied_events = await web.store.audit_events(action="rules.applied", limit=10)
+    applied_events = await web.store.audit.audit_events(action="rules.applied", limit=10)
     assert len(applied_events.items) == 3  # the unchanged apply and the dry run wrote nothing
 
 
@@ -323,7 +325,7 @@ async def test_a_dry_run_shows_what_the_rule_and_all_rules_would_have_decided(we
         invalid = await admin.post("/api/rules/dry-run", json={"rule": {"name": "x", "effect": "allow", "when": "("}})
         assert assert_problem(invalid, 422)["line"] == 1
         assert_problem(await admin.post("/api/rules/dry-run", json={"rule": {}, "limit": 5000}), 422)
-    assert [r.name for r in await web.store.list_rules()] == ["no-deleting"]
+    assert [r.name for r in await web.store.rules.list_rules()] == ["no-deleting"]
 
 
 async def test_flags_and_a_conditions_last_failure_are_shown_on_the_rule(web: WebApp) -> None:
@@ -352,7 +354,9 @@ rules:
     assert "currency" in euros["last_error"] and euros["last_error_at"] is not None
 
     remembered = Remember(RememberScope.SESSION, dt.timedelta(hours=1))
-    _, rule = await web.store.approve_and_remember(paid["call_id"], remembered, actor=Actor("api-reviewer", "reviewer"))
+    _, rule = await web.store.rules.approve_and_remember(
+        paid["call_id"], remembered, actor=Actor("api-reviewer", "reviewer")
+    )
     async with web.api("viewer") as viewer:
         listed = {r["name"]: r for r in (await viewer.get("/api/rules", params={"kind": "remembered"})).json()["items"]}
     assert list(listed) == [rule.name]
@@ -363,17 +367,17 @@ async def test_a_remembered_rule_is_revoked_by_its_author_or_an_admin_only(web: 
     first = await ask(web, "pay", {"amount": 5}, "k1")
     second = await ask(web, "pay", {"amount": 6}, "k2")
     remembered = Remember(RememberScope.SESSION, dt.timedelta(hours=1), pinned=["amount"])
-    _, mine = await web.store.approve_and_remember(
+    _, mine = await web.store.rules.approve_and_remember(
         first["call_id"], remembered, actor=Actor("api-reviewer", "reviewer")
     )
-    _, other = await web.store.approve_and_remember(second["call_id"], remembered, actor=Actor("bob", "reviewer"))
+    _, other = await web.store.rules.approve_and_remember(second["call_id"], remembered, actor=Actor("bob", "reviewer"))
     async with web.api("reviewer") as reviewer:
         assert_problem(await reviewer.delete(f"/api/rules/{other.name}"), 403)
         revoked = await reviewer.delete(f"/api/rules/{mine.name}")
         assert revoked.status_code == 200 and revoked.json()["deleted"] is True
     async with web.api("admin") as admin:
         assert (await admin.delete(f"/api/rules/{other.name}")).status_code == 200
-    assert await web.store.list_rules() == []
+    assert await web.store.rules.list_rules() == []
 
 
 async def test_the_rules_routes_are_in_the_openapi_schema(web: WebApp) -> None:

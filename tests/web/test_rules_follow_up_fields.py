@@ -57,7 +57,7 @@ async def test_an_admin_sets_follow_ups_in_the_form_and_bad_values_are_shown_nex
 
     good = fields(effect="ask", when="", remind_before="10m", escalate_after="2h", escalate_to="oncall")
     assert (await client.post("/rules", data={**good, "csrf_token": csrf})).status_code == 303
-    spec = (await web.store.get_rule("small-refunds")).spec
+    spec = (await web.store.rules.get_rule("small-refunds")).spec
     assert (spec.remind_before, spec.escalate_after, spec.escalate_to) == (600.0, 7200.0, ["oncall"])
     edit = await client.get("/rules/small-refunds/edit")
     assert 'value="10m"' in edit.text and 'value="2h"' in edit.text and 'value="oncall"' in edit.text

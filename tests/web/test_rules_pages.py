@@ -91,15 +91,17 @@ async def test_an_admin_writes_a_rule_edits_it_and_reads_its_history(web: WebApp
         data={**fields(when="args.amount < 40", ttl="", name="renamed"), "expected_version": "1", "csrf_token": csrf},
     )
     assert changed.status_code == 303
-    rule = await web.store.get_rule("small-refunds")
+    rule = await web.store.rules.get_rule("small-refunds")
     assert (rule.version, rule.spec.when, rule.author) == (2, "args.amount < 40", "ada")
-    assert [r.name for r in await web.store.list_rules()] == ["small-refunds"]  # the URL names the rule, not the form
+    assert [r.name for r in await web.store.rules.list_rules()] == [
+        "small-refunds"
+    ]  # the URL names the rule, not the form
 
     unchanged = await client.post(
         "/rules/small-refunds/edit",
         data={**fields(when="args.amount < 40"), "expected_version": "2", "csrf_token": csrf},
     )
-    assert unchanged.status_code == 303 and (await web.store.get_rule("small-refunds")).version == 2
+    assert unchanged.status_code == 303 and (await web.store.rules.get_rule("small-refunds")).version == 2
 
     history = await client.get("/rules/small-refunds/history")
     assert history.status_code == 200
@@ -157,7 +159,7 @@ async def test_invalid_input_is_shown_next_to_each_field_and_what_was_typed_stay
     assert re.search(r'id="rule-effect-error"[^>]*>a deny rule needs a reason', no_reason.text)
     unknown = await client.post("/rules", data={**fields(when="arg.amount < 5"), "csrf_token": csrf})
     assert "unknown variable &#39;arg&#39;" in when_check(unknown.text).replace("'", "&#39;")
-    assert await web.store.list_rules() == []
+    assert await web.store.rules.list_rules() == []
 
     await client.post("/rules", data={**fields(), "csrf_token": csrf})
     twice = await client.post("/rules", data={**fields(), "csrf_token": csrf})
@@ -196,7 +198,7 @@ async def test_a_save_over_someone_elses_is_refused_and_keeps_what_was_typed(web
     )
     assert late.status_code == 409
     assert "version 2, not 1" in late.text and ">args.amount &lt; 30</textarea>" in late.text
-    assert (await web.store.get_rule("small-refunds")).spec.when == "args.amount < 40"
+    assert (await web.store.rules.get_rule("small-refunds")).spec.when == "args.amount < 40"
 
 
 # --- enable, disable, remove --------------------------------------------------------------
@@ -211,7 +213,7 @@ async def test_enable_disable_and_remove_from_the_list(web: WebApp) -> None:
     assert "disabled" in row(disabled.text, "small-refunds") and ">Enable</button>" in disabled.text
     enabled = await client.post("/rules/small-refunds/enable", data={"csrf_token": csrf})
     assert enabled.status_code == 303 and enabled.headers["location"] == "/rules"
-    assert (await web.store.get_rule("small-refunds")).version == 3
+    assert (await web.store.rules.get_rule("small-refunds")).version == 3
 
     removed = await client.post("/rules/small-refunds/delete", data={"csrf_token": csrf}, headers=HX)
     assert (
@@ -228,7 +230,9 @@ async def test_enable_disable_and_remove_from_the_list(web: WebApp) -> None:
 
 
 async def test_reviewers_and_viewers_read_the_rules_but_every_write_is_refused(web: WebApp) -> None:
-    await web.store.apply_rules([parse_rule({"name": "small-refunds", "tool": "refund", "effect": "allow"})], actor=ADA)
+    await web.store.rules.apply_rules(
+        [parse_rule({"name": "small-refunds", "tool": "refund", "effect": "allow"})], actor=ADA
+    )
     for username in ("alice", "victor"):
         client, csrf = await web.login(username)
         listed = await client.get("/rules")
@@ -253,7 +257,7 @@ async def test_reviewers_and_viewers_read_the_rules_but_every_write_is_refused(w
             response = await client.post(path, data={**data, "csrf_token": csrf})
             assert response.status_code == 403, (username, path)
             assert "admin role" in response.text or "reviewer role" in response.text
-    rule = await web.store.get_rule("small-refunds")
+    rule = await web.store.rules.get_rule("small-refunds")
     assert (rule.version, rule.spec.enabled, rule.deleted) == (1, True, False)
 
 
@@ -272,17 +276,17 @@ async def test_posts_without_the_csrf_token_are_refused(web: WebApp) -> None:
         assert missing.status_code == 403 and "CSRF" in missing.text, path
         forged = await client.post(path, data={**data, "csrf_token": "forged"})
         assert forged.status_code == 403, path
-    rule = await web.store.get_rule("small-refunds")
+    rule = await web.store.rules.get_rule("small-refunds")
     assert (rule.version, rule.spec.when, rule.deleted) == (1, "args.amount < 50", False)
-    assert [r.name for r in await web.store.list_rules()] == ["small-refunds"]
+    assert [r.name for r in await web.store.rules.list_rules()] == ["small-refunds"]
 
 
 async def test_a_reviewer_revokes_a_rule_they_remembered_and_only_that_one(web: WebApp) -> None:
     first = await ask(web, "pay", {"amount": 5}, "k1")
     second = await ask(web, "pay", {"amount": 6}, "k2")
     remember = Remember(RememberScope.SESSION, dt.timedelta(hours=2), pinned=["amount"])
-    _, alices = await web.store.approve_and_remember(first["call_id"], remember, actor=Actor("alice", "reviewer"))
-    _, bobs = await web.store.approve_and_remember(second["call_id"], remember, actor=Actor("bob", "reviewer"))
+    _, alices = await web.store.rules.approve_and_remember(first["call_id"], remember, actor=Actor("alice", "reviewer"))
+    _, bobs = await web.store.rules.approve_and_remember(second["call_id"], remember, actor=Actor("bob", "reviewer"))
     client, csrf = await web.login("alice")
     page = (await client.get("/rules")).text
     assert "No standing rules" in page
@@ -293,7 +297,7 @@ async def test_a_reviewer_revokes_a_rule_they_remembered_and_only_that_one(web: 
     assert (await client.post(f"/rules/{bobs.name}/delete", data={"csrf_token": csrf})).status_code == 403
     revoked = await client.post(f"/rules/{alices.name}/delete", data={"csrf_token": csrf})
     assert revoked.status_code == 303
-    assert [r.name for r in await web.store.list_rules()] == [bobs.name]
+    assert [r.name for r in await web.store.rules.list_rules()] == [bobs.name]
     admin_client, _ = await admin(web)
     assert ">Revoke</button>" in row((await admin_client.get("/rules")).text, bobs.name)
     edit = await admin_client.get(f"/rules/{bobs.name}/edit")  # an admin may widen a remembered rule
@@ -332,7 +336,7 @@ async def test_a_dry_run_shows_each_past_call_with_what_happened_and_what_the_ru
     assert "no match" in deleting_row and "deny by no-deleting-customers" in deleting_row
     odd_row = text[text.index(f'href="/calls/{odd["call_id"]}"') :].split("</tr>")[0]
     assert "cannot tell (no field" in odd_row
-    assert "new-rule" not in [r.name for r in await web.store.list_rules()]  # nothing was saved
+    assert "new-rule" not in [r.name for r in await web.store.rules.list_rules()]  # nothing was saved
 
     whole = await client.post("/rules/dry-run", data={**fields(), "csrf_token": csrf})  # without htmx: the whole form
     assert whole.status_code == 200 and "<form" in whole.text and "<h2>Dry run</h2>" in whole.text

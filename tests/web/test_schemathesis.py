@@ -72,9 +72,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
 
 
 async def _admin_token(store: Any) -> str:
-    await store.create_user("schema-admin", "schema-password-1", role="admin", actor=SYSTEM)
-    await store.start_run("mailer", "mail", actor=SYSTEM, deps={"log": "/dev/null"})
-    token: str = await store.create_token("schemathesis", role="admin", actor=SYSTEM, user="schema-admin")
+    await store.people.create_user("schema-admin", "schema-password-1", role="admin", actor=SYSTEM)
+    await store.runs.start_run("mailer", "mail", actor=SYSTEM, deps={"log": "/dev/null"})
+    token: str = await store.people.create_token("schemathesis", role="admin", actor=SYSTEM, user="schema-admin")
     return token
 
 

@@ -62,7 +62,7 @@ async def is_logged_in(client: httpx.AsyncClient) -> bool:
 
 
 async def actions(web: WebApp, action: str) -> list[Any]:
-    return list((await web.store.audit_events(action=action)).items)
+    return list((await web.store.audit.audit_events(action=action)).items)
 
 
 # -- sessions end on the server --------------------------------------------------------
@@ -96,11 +96,11 @@ async def test_changing_a_user_ends_all_their_sessions(web: WebApp, change: dict
     other, _ = await web.login("bob")
     async with aclosing(laptop), aclosing(phone), aclosing(other), copy_of(web, laptop) as copy:
         assert await is_logged_in(copy)
-        await web.store.update_user("alice", actor=SYSTEM, **change)
+        await web.store.people.update_user("alice", actor=SYSTEM, **change)
         for client in (laptop, phone, copy):
             assert not await is_logged_in(client)
         assert await is_logged_in(other)  # bob was not changed
-    (event,) = [e for e in (await web.store.audit_events(limit=1)).items]
+    (event,) = [e for e in (await web.store.audit.audit_events(limit=1)).items]
     assert event.details["sessions_ended"] == 2
 
 
@@ -116,7 +116,7 @@ async def test_csrf_still_guards_a_server_side_session(web: WebApp) -> None:
 
 
 async def test_repeated_wrong_passwords_lock_the_account_with_retry_after(web: WebApp) -> None:
-    limit = web.store.login_limits.account_failures
+    limit = web.store.people.login_limits.account_failures
     async with client_from(web) as client, client_from(web, "10.9.9.9") as elsewhere:
         for _ in range(limit - 1):
             assert (await try_login(client, "alice", "wrong")).status_code == 401
@@ -135,7 +135,7 @@ async def test_repeated_wrong_passwords_lock_the_account_with_retry_after(web: W
 
 
 async def test_a_lockout_ends_audited_and_a_success_resets_the_count(web: WebApp) -> None:
-    limit = web.store.login_limits.account_failures
+    limit = web.store.people.login_limits.account_failures
     async with client_from(web) as client:
         for _ in range(limit):
             await try_login(client, "alice", "wrong")
@@ -148,7 +148,7 @@ async def test_a_lockout_ends_audited_and_a_success_resets_the_count(web: WebApp
 
 
 async def test_a_second_lockout_lasts_longer(web: WebApp) -> None:
-    limit = web.store.login_limits.account_failures
+    limit = web.store.people.login_limits.account_failures
     async with client_from(web) as client:
         for _ in range(limit):
             first = await try_login(client, "alice", "wrong")
@@ -160,7 +160,7 @@ async def test_a_second_lockout_lasts_longer(web: WebApp) -> None:
 
 
 async def test_many_wrong_logins_from_one_address_lock_the_address(web: WebApp) -> None:
-    limit = web.store.login_limits.address_failures
+    limit = web.store.people.login_limits.address_failures
     async with client_from(web, "10.0.0.1") as guesser, client_from(web, "10.0.0.2") as someone:
         for i in range(limit - 1):  # a different account each time: no account reaches its own limit
             assert (await try_login(guesser, f"user{i}", "wrong")).status_code == 401

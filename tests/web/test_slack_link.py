@@ -57,16 +57,16 @@ async def test_a_member_links_their_account_and_then_decides_as_themselves(
     token = path.split("token=", 1)[1]
     forged = await client.post("/account/slack", data={"token": token})
     assert forged.status_code == 403
-    assert (await web.store.user_by_slack_id(NOBODY)) is None
+    assert (await web.store.people.user_by_slack_id(NOBODY)) is None
     linked = await client.post("/account/slack", data={"token": token, "csrf_token": form_csrf.group(1)})
     assert linked.status_code == 200 and "now linked to bob" in linked.text
-    user = await web.store.user_by_slack_id(NOBODY)
+    user = await web.store.people.user_by_slack_id(NOBODY)
     assert user is not None and user.username == "bob"
 
     [message] = fake.posted()
     async with web.client() as slack_side:
         await fake.click(slack_side, message, ACTION_APPROVE, NOBODY)
-    call = await web.store.get_call(message.buttons()[ACTION_APPROVE]["value"].split('"')[3])
+    call = await web.store.calls.get_call(message.buttons()[ACTION_APPROVE]["value"].split('"')[3])
     assert call.decided_by == "bob" and call.status != CallStatus.PENDING
 
 
@@ -88,7 +88,7 @@ async def test_bad_or_expired_tokens_get_a_clear_page_and_link_nothing(web: WebA
         assert posted.status_code == 400
     good = link_token(SECRET_KEY, NOBODY, "T0FAKETEAM")
     assert (await client.get("/account/slack", params={"token": good})).status_code == 200
-    assert await web.store.user_by_slack_id(NOBODY) is None
+    assert await web.store.people.user_by_slack_id(NOBODY) is None
 
 
 async def test_a_member_already_linked_to_someone_else_is_not_taken_over(web: WebApp) -> None:  # noqa: F811
@@ -96,5 +96,5 @@ async def test_a_member_already_linked_to_someone_else_is_not_taken_over(web: We
     client, csrf = await web.login("bob")
     taken = await client.post("/account/slack", data={"token": token, "csrf_token": csrf})
     assert taken.status_code == 409 and "already has" in taken.text
-    user = await web.store.user_by_slack_id("U0ALICE")
+    user = await web.store.people.user_by_slack_id("U0ALICE")
     assert user is not None and user.username == "alice"

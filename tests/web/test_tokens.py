@@ -17,18 +17,18 @@ pytestmark = pytest.mark.anyio
 async def test_one_person_with_a_session_and_a_token_counts_once_in_a_quorum(web: WebApp, tmp_path: Path) -> None:
     _, calls = await paused_run(web, tmp_path)
     delete = calls["delete_customer"]  # needs two different people
-    alices = await web.store.create_token("alice-laptop", role="reviewer", actor=SYSTEM, user="alice")
+    alices = await web.store.people.create_token("alice-laptop", role="reviewer", actor=SYSTEM, user="alice")
     async with session(web, "alice") as (browser, csrf):
         first = await browser.post(f"/api/calls/{delete['id']}/decision", json={"verdict": "approve"}, headers=csrf)
         assert first.status_code == 200, first.text
     async with web.client(headers={"Authorization": f"Bearer {alices}"}) as api:
         again = await api.post(f"/api/calls/{delete['id']}/decision", json={"verdict": "approve"})
     assert_problem(again, 409)
-    assert (await web.store.get_call(delete["id"])).status == "pending", "one person, one approval"
+    assert (await web.store.calls.get_call(delete["id"])).status == "pending", "one person, one approval"
 
 
 async def test_a_run_started_with_ones_own_token_is_still_ones_own(web: WebApp) -> None:
-    alices = await web.store.create_token("alice-cli", role="reviewer", actor=SYSTEM, user="alice")
+    alices = await web.store.people.create_token("alice-cli", role="reviewer", actor=SYSTEM, user="alice")
     async with web.client(headers={"Authorization": f"Bearer {alices}"}) as api:
         started = await api.post("/api/runs", json={"agent": "mailer", "prompt": "mail"})
         assert started.status_code == 201, started.text
@@ -36,7 +36,7 @@ async def test_a_run_started_with_ones_own_token_is_still_ones_own(web: WebApp) 
         assert started.json()["started_by"] == "alice"
     run = await web.app.state.context.service.resume_now(run_id)
     assert run.status == "awaiting_approval"
-    [call] = await web.store.run_calls(run_id)
+    [call] = await web.store.calls.run_calls(run_id)
     async with session(web, "alice") as (browser, csrf):
         refused = await browser.post(f"/api/calls/{call.id}/decision", json={"verdict": "approve"}, headers=csrf)
     assert_problem(refused, 403)
@@ -44,7 +44,7 @@ async def test_a_run_started_with_ones_own_token_is_still_ones_own(web: WebApp) 
 
 async def test_a_service_token_may_start_runs_and_deny_but_never_approve(web: WebApp, tmp_path: Path) -> None:
     _, calls = await paused_run(web, tmp_path)
-    service = await web.store.create_token("backend", role="reviewer", actor=SYSTEM)
+    service = await web.store.people.create_token("backend", role="reviewer", actor=SYSTEM)
     async with web.client(headers={"Authorization": f"Bearer {service}"}) as api:
         approve = await api.post(f"/api/calls/{calls['refund']['id']}/decision", json={"verdict": "approve"})
         assert "service token" in assert_problem(approve, 403)["detail"]
@@ -57,15 +57,15 @@ async def test_a_service_token_may_start_runs_and_deny_but_never_approve(web: We
 
 
 async def test_a_token_of_a_disabled_person_stops_working(web: WebApp) -> None:
-    bobs = await web.store.create_token("bob-cli", role="reviewer", actor=SYSTEM, user="bob")
+    bobs = await web.store.people.create_token("bob-cli", role="reviewer", actor=SYSTEM, user="bob")
     async with web.client(headers={"Authorization": f"Bearer {bobs}"}) as api:
         assert (await api.get("/api/me")).status_code == 200
-        await web.store.update_user("bob", disabled=True, actor=SYSTEM)
+        await web.store.people.update_user("bob", disabled=True, actor=SYSTEM)
         assert_problem(await api.get("/api/me"), 401)
 
 
 async def test_a_token_acts_at_most_with_its_persons_role(web: WebApp) -> None:
-    victors = await web.store.create_token("victor-admin?", role="admin", actor=SYSTEM, user="victor")
+    victors = await web.store.people.create_token("victor-admin?", role="admin", actor=SYSTEM, user="victor")
     async with web.client(headers={"Authorization": f"Bearer {victors}"}) as api:
         assert (await api.get("/api/me")).json()["role"] == "viewer"
         assert_problem(await api.post("/api/runs", json={"agent": "mailer", "prompt": "x"}), 403)
@@ -73,8 +73,10 @@ async def test_a_token_acts_at_most_with_its_persons_role(web: WebApp) -> None:
 
 async def test_a_tokens_scopes_are_checked_on_every_route(web: WebApp, tmp_path: Path) -> None:
     run_id, calls = await paused_run(web, tmp_path)
-    await web.store.create_user("reader", PASSWORDS["alice"], role="reviewer", actor=SYSTEM)
-    reader = await web.store.create_token("reader", role="reviewer", actor=SYSTEM, user="reader", scopes=["calls:read"])
+    await web.store.people.create_user("reader", PASSWORDS["alice"], role="reviewer", actor=SYSTEM)
+    reader = await web.store.people.create_token(
+        "reader", role="reviewer", actor=SYSTEM, user="reader", scopes=["calls:read"]
+    )
     async with web.client(headers={"Authorization": f"Bearer {reader}"}) as api:
         assert (await api.get("/api/calls")).status_code == 200
         assert (await api.get(f"/api/calls/{calls['refund']['id']}")).status_code == 200
@@ -88,13 +90,13 @@ async def test_a_tokens_scopes_are_checked_on_every_route(web: WebApp, tmp_path:
         ]:
             refused = await api.request(method, path, json=body)
             assert "scope" in assert_problem(refused, 403)["detail"], (method, path)
-    assert (await web.store.get_call(calls["refund"]["id"])).status == "pending"
+    assert (await web.store.calls.get_call(calls["refund"]["id"])).status == "pending"
 
 
 async def test_unknown_scopes_and_people_are_refused_when_the_token_is_made(web: WebApp) -> None:
     from approvals.exceptions import NotFound, UserError
 
     with pytest.raises(UserError, match="Unknown token scopes"):
-        await web.store.create_token("x", role="viewer", actor=SYSTEM, scopes=["everything"])
+        await web.store.people.create_token("x", role="viewer", actor=SYSTEM, scopes=["everything"])
     with pytest.raises(NotFound):
-        await web.store.create_token("x", role="viewer", actor=SYSTEM, user="nobody")
+        await web.store.people.create_token("x", role="viewer", actor=SYSTEM, user="nobody")

@@ -40,9 +40,9 @@ async def test_admins_set_contacts_on_the_page_and_refused_values_come_back_as_t
         assert cleared.status_code == 200 and "Saved." in cleared.text
         no_csrf = await ada.post("/users/bob/contact", data={"email": "bob@example.com"})
         assert no_csrf.status_code == 403
-    alice = await web.store.get_user("alice")
+    alice = await web.store.people.get_user("alice")
     assert (alice.email, alice.slack_user_id) == (None, None)
-    bob = await web.store.get_user("bob")
+    bob = await web.store.people.get_user("bob")
     assert bob.email is None
 
 
@@ -51,7 +51,7 @@ async def test_a_reviewer_may_not_set_anyones_contact_on_the_page(web: WebApp) -
     async with aclosing(alice):
         refused = await alice.post("/users/bob/contact", data={"email": "mine@example.com", "csrf_token": csrf})
         assert refused.status_code == 403
-    assert (await web.store.get_user("bob")).email is None
+    assert (await web.store.people.get_user("bob")).email is None
 
 
 async def test_the_api_sets_contacts_field_by_field(web: WebApp) -> None:
@@ -69,4 +69,4 @@ async def test_the_api_sets_contacts_field_by_field(web: WebApp) -> None:
         assert_problem(await admin.put("/api/users/nobody/contact", json={"email": "n@example.com"}), 404)
     async with web.api("reviewer") as reviewer:
         assert_problem(await reviewer.put("/api/users/alice/contact", json={"email": "x@example.com"}), 403)
-    assert (await web.store.get_user("alice")).email == "a@example.com"
+    assert (await web.store.people.get_user("alice")).email == "a@example.com"

@@ -132,7 +132,7 @@ class serving:  # noqa: N801 - used like a function: `with serving(Receiver(...)
         self.receiver = receiver
 
     def __enter__(self) -> Receiver:
-        threading.Thread(target=self.receiver.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.receiver.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self.receiver
 
     def __exit__(self, *exc: object) -> None:
@@ -156,18 +156,18 @@ async def delivering(web: WebApp, urls: list[str], secret: str | None = SECRET, 
 
 async def failed_run(store: Store, error: str) -> str:
     """A run that fails at once: one `run.failed` event."""
-    run_id = await store.start_run("shop", "go", actor=SERVICE)
-    assert await store.claim("w1", run_id=run_id) is not None
-    await store.finish(run_id, "w1", [], error=error)
+    run_id = await store.runs.start_run("shop", "go", actor=SERVICE)
+    assert await store.runs.claim("w1", run_id=run_id) is not None
+    await store.runs.finish(run_id, "w1", [], error=error)
     return run_id
 
 
 async def cursor_of(web: WebApp, url: str) -> WebhookCursorRow | None:
-    return await WebhookCursors(web.store).get(endpoint_key(url))
+    return await WebhookCursors(web.store.outbound).get(endpoint_key(url))
 
 
 async def paused_run(web: WebApp, tmp_path: Path, agent: str = "shop") -> str:
-    run_id = await web.store.start_run(agent, "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
+    run_id = await web.store.runs.start_run(agent, "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     assert (await web.app.state.context.service.resume_now(run_id)).status == "awaiting_approval"
     return run_id
 
@@ -179,7 +179,7 @@ async def test_pending_calls_and_a_completed_run_are_posted_once_each_and_signed
     async with delivering(web, [receiver.url], backoff=0.05):
         run_id = await paused_run(web, tmp_path)
         await eventually(lambda: len(receiver.accepted) == 2)
-        calls = {c.tool_name: c for c in await web.store.run_calls(run_id)}
+        calls = {c.tool_name: c for c in await web.store.calls.run_calls(run_id)}
         pending = sorted(receiver.events(), key=lambda e: e["tool"])
         assert [(e["event"], e["tool"], e["call_id"]) for e in pending] == [
             ("call.pending", "delete_customer", calls["delete_customer"].id),
@@ -189,9 +189,9 @@ async def test_pending_calls_and_a_completed_run_are_posted_once_each_and_signed
         assert pending[1]["args"] == {"order_id": "A-1", "amount": "450"}
         assert pending[1]["args_digest"] == calls["refund"].args_digest
 
-        await web.store.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
-        await web.store.decide(calls["delete_customer"].id, Approve(), actor=Actor("alice", "reviewer"))
-        await web.store.decide(calls["delete_customer"].id, Approve(), actor=Actor("bob", "reviewer"))
+        await web.store.calls.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
+        await web.store.calls.decide(calls["delete_customer"].id, Approve(), actor=Actor("alice", "reviewer"))
+        await web.store.calls.decide(calls["delete_customer"].id, Approve(), actor=Actor("bob", "reviewer"))
         assert (await web.app.state.context.service.resume_now(run_id)).status == "completed"
         await eventually(lambda: len(receiver.accepted) == 3)
         completed = receiver.events()[2]
@@ -208,9 +208,9 @@ async def test_pending_calls_and_a_completed_run_are_posted_once_each_and_signed
 
 async def test_a_failed_run_is_posted(web: WebApp, receiver: Receiver) -> None:
     async with delivering(web, [receiver.url]):
-        run_id = await web.store.start_run("shop", "go", actor=SERVICE)
-        assert await web.store.claim("w1", run_id=run_id) is not None
-        await web.store.finish(run_id, "w1", [], error="the model went away")
+        run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+        assert await web.store.runs.claim("w1", run_id=run_id) is not None
+        await web.store.runs.finish(run_id, "w1", [], error="the model went away")
         await eventually(lambda: len(receiver.accepted) == 1)
     [failed] = receiver.events()
     assert failed == {
@@ -226,10 +226,10 @@ async def test_a_failed_run_is_posted(web: WebApp, receiver: Receiver) -> None:
 async def test_a_failing_receiver_gets_retries_with_backoff_until_it_accepts(web: WebApp, tmp_path: Path) -> None:
     with serving(Receiver(statuses=lambda attempt: 503 if attempt <= 2 else 204)) as flaky:
         async with delivering(web, [flaky.url], backoff=0.2):
-            run_id = await web.store.start_run("shop", "go", actor=SERVICE)
-            await web.store.claim("w1", run_id=run_id)
+            run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+            await web.store.runs.claim("w1", run_id=run_id)
             started = time.monotonic()
-            await web.store.finish(run_id, "w1", [], error="boom")
+            await web.store.runs.finish(run_id, "w1", [], error="boom")
             await eventually(lambda: len(flaky.attempts) == 3)
             took = time.monotonic() - started
     ids = {d.headers["X-Approvals-Delivery"] for d in flaky.attempts}
@@ -265,32 +265,32 @@ async def test_a_receiver_that_refuses_an_event_is_not_retried(web: WebApp) -> N
     assert [d.event["error"] for d in refusing.attempts] == ["boom", "later"]
     refused_id = int(refusing.attempts[0].headers["X-Approvals-Delivery"])
     assert cursor is not None and cursor.last_error == f"event {refused_id} (run.failed) refused: HTTP 400"
-    [record] = [e for e in (await web.store.audit_events(run_id=refused)).items if e.action == "webhook.refused"]
+    [record] = [e for e in (await web.store.audit.audit_events(run_id=refused)).items if e.action == "webhook.refused"]
     assert record.details == {
         "event": "run.failed",
         "event_id": refused_id,
         "site": "http://127.0.0.1",
         "problem": "HTTP 400",
     }
-    assert (await web.store.verify_audit()).ok
+    assert (await web.store.audit.verify_audit()).ok
 
 
 async def test_an_unreachable_receiver_does_not_stop_delivery_elsewhere(web: WebApp, receiver: Receiver) -> None:
     with serving(Receiver()) as gone:
         url = gone.url
     async with delivering(web, [url, receiver.url], backoff=0.01):
-        run_id = await web.store.start_run("shop", "go", actor=SERVICE)
-        await web.store.claim("w1", run_id=run_id)
-        await web.store.finish(run_id, "w1", [], error="boom")
+        run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+        await web.store.runs.claim("w1", run_id=run_id)
+        await web.store.runs.finish(run_id, "w1", [], error="boom")
         await eventually(lambda: len(receiver.accepted) == 1)
 
 
 async def test_a_slow_receiver_blocks_neither_other_receivers_nor_requests(web: WebApp, receiver: Receiver) -> None:
     with serving(Receiver(delay=60.0)) as slow:  # answers long after the test has ended (a daemon thread)
         async with delivering(web, [slow.url, receiver.url], shutdown_grace=0.1):
-            run_id = await web.store.start_run("shop", "go", actor=SERVICE)
-            await web.store.claim("w1", run_id=run_id)
-            await web.store.finish(run_id, "w1", [], error="boom")
+            run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+            await web.store.runs.claim("w1", run_id=run_id)
+            await web.store.runs.finish(run_id, "w1", [], error="boom")
             await eventually(lambda: len(receiver.accepted) == 1 and len(slow.attempts) == 1)
             async with web.api("viewer") as api:
                 assert (await api.get(f"/api/runs/{run_id}")).json()["status"] == "failed"
@@ -299,9 +299,9 @@ async def test_a_slow_receiver_blocks_neither_other_receivers_nor_requests(web: 
 
 async def test_without_a_secret_events_are_sent_unsigned(web: WebApp, receiver: Receiver) -> None:
     async with delivering(web, [receiver.url], secret=None):
-        run_id = await web.store.start_run("shop", "go", actor=SERVICE)
-        await web.store.claim("w1", run_id=run_id)
-        await web.store.finish(run_id, "w1", [], error="boom")
+        run_id = await web.store.runs.start_run("shop", "go", actor=SERVICE)
+        await web.store.runs.claim("w1", run_id=run_id)
+        await web.store.runs.finish(run_id, "w1", [], error="boom")
         await eventually(lambda: len(receiver.accepted) == 1)
     assert "X-Approvals-Signature" not in receiver.attempts[0].headers
 
@@ -316,7 +316,7 @@ async def test_the_app_delivers_webhooks_when_urls_are_configured(
     async with app.router.lifespan_context(app):
         await anyio.sleep(0.3)  # the deliverer has read the log's head
         store = app.state.context.store
-        run_id = await store.start_run("mailer", "go", actor=SYSTEM, deps={"log": str(tmp_path / "log")})
+        run_id = await store.runs.start_run("mailer", "go", actor=SYSTEM, deps={"log": str(tmp_path / "log")})
         await eventually(lambda: len(receiver.accepted) == 1)  # the in-process worker paused it
     [pending] = receiver.events()
     assert pending["event"] == "call.pending" and pending["run_id"] == run_id and pending["tool"] == "send_email"
@@ -329,22 +329,23 @@ async def test_cancelled_runs_and_calls_whose_outcome_is_unknown_are_posted(
 ) -> None:
     crashed, interrupted, cancelled = [await paused_run(web, tmp_path) for _ in range(3)]
     for run_id in (crashed, interrupted):
-        calls = {c.tool_name: c for c in await web.store.run_calls(run_id)}
-        await web.store.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
-        await web.store.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("alice", "reviewer"))
+        calls = {c.tool_name: c for c in await web.store.calls.run_calls(run_id)}
+        await web.store.calls.decide(calls["refund"].id, Approve(), actor=Actor("alice", "reviewer"))
+        await web.store.calls.decide(calls["delete_customer"].id, Deny(reason="no"), actor=Actor("alice", "reviewer"))
     refund = {
-        r: next(c for c in await web.store.run_calls(r) if c.tool_name == "refund") for r in (crashed, interrupted)
+        r: next(c for c in await web.store.calls.run_calls(r) if c.tool_name == "refund")
+        for r in (crashed, interrupted)
     }
 
     async with delivering(web, [receiver.url], backoff=0.05):
         # a worker dies while the refund runs: whoever claims the run next cannot know whether it happened
-        assert await web.store.claim("w1", run_id=crashed, lease_seconds=0.2) is not None
+        assert await web.store.runs.claim("w1", run_id=crashed, lease_seconds=0.2) is not None
         await anyio.sleep(0.3)
-        assert await Store(web.store.db).claim("rescuer", run_id=crashed) is None
+        assert await Store(web.store.db).runs.claim("rescuer", run_id=crashed) is None
         # a run fails while its refund runs
-        assert await web.store.claim("w2", run_id=interrupted) is not None
-        await web.store.finish(interrupted, "w2", [], error="the worker lost its model")
-        await web.store.cancel_run(cancelled, actor=Actor("ada", "admin"), reason="the customer withdrew")
+        assert await web.store.runs.claim("w2", run_id=interrupted) is not None
+        await web.store.runs.finish(interrupted, "w2", [], error="the worker lost its model")
+        await web.store.runs.cancel_run(cancelled, actor=Actor("ada", "admin"), reason="the customer withdrew")
         await eventually(lambda: len(receiver.accepted) == 4)
 
     unknown_1, unknown_2, failed, stopped = receiver.events()
@@ -459,7 +460,7 @@ async def test_two_app_instances_on_one_database_deliver_each_event_once_in_tota
 
 
 async def test_a_dead_deliverers_lease_is_taken_over_only_when_it_expires(web: WebApp, receiver: Receiver) -> None:
-    cursors = WebhookCursors(web.store)
+    cursors = WebhookCursors(web.store.outbound)
     endpoint = endpoint_key(receiver.url)
     await cursors.open(endpoint, "http://127.0.0.1")
     assert await cursors.take(endpoint, "a-process-that-dies") is not None  # held for 30 s, never released
@@ -491,7 +492,7 @@ async def running_app(settings: Settings) -> AsyncIterator[FastAPI]:
 
 async def eventually_has_cursor(store: Store, url: str) -> None:
     """The app's deliverer has given the URL its cursor: events from now on are delivered."""
-    cursors = WebhookCursors(store)
+    cursors = WebhookCursors(store.outbound)
     with anyio.fail_after(10):
         while await cursors.get(endpoint_key(url)) is None:
             await anyio.sleep(0.02)
@@ -663,10 +664,10 @@ async def test_reminders_and_escalations_are_webhook_events_too(
     """An on-call pager can follow calls nobody decides: `call.reminded`, then `call.escalated` with its groups."""
     async with delivering(web, [receiver.url], backoff=0.05):
         run_id = await paused_run(web, tmp_path, agent="mailer")
-        [call] = await web.store.run_calls(run_id)
+        [call] = await web.store.calls.run_calls(run_id)
         await eventually(lambda: len(receiver.accepted) == 1)
-        assert await web.store.follow_up(call.id, Step.REMIND, due_at=utcnow())
-        assert await web.store.follow_up(call.id, Step.ESCALATE, due_at=utcnow(), groups=["oncall"])
+        assert await web.store.outbound.follow_up(call.id, Step.REMIND, due_at=utcnow())
+        assert await web.store.outbound.follow_up(call.id, Step.ESCALATE, due_at=utcnow(), groups=["oncall"])
         await eventually(lambda: len(receiver.accepted) == 3)
     reminded, escalated = receiver.events()[1:]
     assert (reminded["event"], reminded["call_id"], reminded["tool"]) == ("call.reminded", call.id, call.tool_name)

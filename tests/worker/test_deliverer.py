@@ -107,7 +107,7 @@ async def write(store: Store, *actions: str) -> list[int]:
     """One audit event per action, each in its own transaction; their ids."""
     ids: list[int] = []
     for n, action in enumerate(actions):
-        async with store.transaction() as tx:
+        async with store.runs.transaction() as tx:
             tx.audit(SYSTEM_ACTOR_ID, action, "test", f"event-{n}", details={"n": n})
         just_written = (AuditEventRow.action == action, AuditEventRow.subject_id == f"event-{n}")
         async with store.db.read() as session:  # not the newest event: a running deliverer may have written since
@@ -133,7 +133,7 @@ async def delivering(deliverer: Deliverer) -> AsyncIterator[anyio.Event]:
 
 
 async def cursor(store: Store, destination_id: str = "test:destination") -> WebhookCursorRow:
-    row = await WebhookCursors(store).get(destination_id)
+    row = await WebhookCursors(store.outbound).get(destination_id)
     assert row is not None
     return row
 
@@ -245,7 +245,7 @@ async def test_two_deliverers_on_one_database_never_deliver_a_destination_at_onc
 
 async def test_a_dead_holders_destination_waits_for_its_lease_to_expire(store: Store) -> None:
     log = Log()
-    cursors = WebhookCursors(store, lease_seconds=1.0)
+    cursors = WebhookCursors(store.outbound, lease_seconds=1.0)
     await cursors.open("test:destination", "test://test:destination")
     assert await cursors.take("test:destination", "a process that dies") is not None  # never renewed nor released
     ids = await pings(store, 1)
@@ -318,7 +318,7 @@ async def test_a_refused_event_is_passed_over_and_recorded(store: Store) -> None
     row = await cursor(store)
     assert row.last_error == f"event {ids[0]} (ping 0) refused: HTTP 400"
     assert row.last_event_id > ids[1], "past the refusal's own audit event too"
-    [record] = [e for e in (await store.audit_events(newest_first=False)).items if e.action == "test.refused"]
+    [record] = [e for e in (await store.audit.audit_events(newest_first=False)).items if e.action == "test.refused"]
     assert (record.subject_type, record.subject_id) == ("test", "test:destination")
     assert record.details == {
         "event": "ping 0",
@@ -326,7 +326,7 @@ async def test_a_refused_event_is_passed_over_and_recorded(store: Store) -> None
         "site": "test://test:destination",
         "problem": "HTTP 400",
     }
-    assert (await store.verify_audit()).ok
+    assert (await store.audit.verify_audit()).ok
 
 
 async def test_a_channel_bug_or_a_hung_attempt_is_tried_again_never_skipped(store: Store) -> None:

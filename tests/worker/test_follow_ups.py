@@ -1,6 +1,6 @@
 """Reminders and escalation on SQLite and PostgreSQL: when they fire, once each, what they change, the rules' say.
 
-Calls are asked through the real gate lifecycle (`Store.request_call`), under rules saved in
+Calls are asked through the real gate lifecycle (`store.calls.request_call`), under rules saved in
 the store; scans are given the moment to look at (`now`), so no test waits for a clock.
 """
 
@@ -46,13 +46,15 @@ async def ask(store: Store, *, ttl: float | None = 3600.0, tool: str = "refund",
         json_schema=SCHEMA,
         approval_ttl=ttl,
     )
-    call, created = await store.request_call(validate_request(request), actor=CLIENT)
+    call, created = await store.calls.request_call(validate_request(request), actor=CLIENT)
     assert created and call.status == "pending"
     return call
 
 
 async def rule(store: Store, **fields: Any) -> None:
-    await store.save_rule(parse_rule({"name": "refunds", "tool": "refund", "effect": "ask", **fields}), actor=ADMIN)
+    await store.rules.save_rule(
+        parse_rule({"name": "refunds", "tool": "refund", "effect": "ask", **fields}), actor=ADMIN
+    )
 
 
 async def scan(store: Store, at: dt.datetime, defaults: FollowUpDefaults = DEFAULTS) -> FollowUpScan:
@@ -60,7 +62,7 @@ async def scan(store: Store, at: dt.datetime, defaults: FollowUpDefaults = DEFAU
 
 
 async def events(store: Store, action: str, call_id: str | None = None) -> list[AuditEventRow]:
-    page = await store.audit_events(action=action, subject_id=call_id, limit=1000, newest_first=False)
+    page = await store.audit.audit_events(action=action, subject_id=call_id, limit=1000, newest_first=False)
     return page.items
 
 
@@ -80,14 +82,14 @@ async def test_a_pending_call_is_reminded_once_before_it_expires(store: Store) -
         "groups": [],
         "expires_at": call.expires_at.isoformat(),
     }
-    assert (await store.get_call(call.id)).status == "pending"  # a reminder changes nothing about the call
+    assert (await store.calls.get_call(call.id)).status == "pending"  # a reminder changes nothing about the call
 
 
 async def test_no_reminder_without_an_expiry_too_short_a_time_to_decide_or_after_a_decision(store: Store) -> None:
     endless = await ask(store, ttl=None)
     brief = await ask(store, ttl=10 * 60)  # asked with less time than the reminder comes ahead of its expiry
     decided = await ask(store, ttl=3600)
-    await store.decide(decided.id, Deny("no"), actor=ANN)
+    await store.calls.decide(decided.id, Deny("no"), actor=ANN)
     assert decided.expires_at is not None
     for minutes in (1, 5, 9, 50, 59):
         assert (await scan(store, decided.created_at + minutes * MINUTE)).reminded == []
@@ -107,7 +109,7 @@ async def test_escalation_widens_the_groups_once_and_lets_their_members_approve(
     call = await ask(store, ttl=None)
     assert call.approver_groups == ["finance"]
     with pytest.raises(Forbidden):
-        await store.decide(call.id, Approve(args_digest=call.args_digest), actor=OLGA)
+        await store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=OLGA)
     assert (await scan(store, call.created_at + 29 * MINUTE)).escalated == []
     assert (await scan(store, call.created_at + 31 * MINUTE)).escalated == [call.id]
     assert (await scan(store, call.created_at + 90 * MINUTE)).escalated == []  # once, whatever the defaults say
@@ -119,8 +121,8 @@ async def test_escalation_widens_the_groups_once_and_lets_their_members_approve(
         "groups": ["ops"],
         "approver_groups": ["finance", "ops"],
     }
-    assert (await store.get_call(call.id)).approver_groups == ["finance", "ops"]
-    approved = await store.decide(call.id, Approve(args_digest=call.args_digest), actor=OLGA)
+    assert (await store.calls.get_call(call.id)).approver_groups == ["finance", "ops"]
+    approved = await store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=OLGA)
     assert (approved.status, approved.decided_by) == ("approved", "olga")
 
 
@@ -129,8 +131,8 @@ async def test_a_call_any_reviewer_may_approve_is_escalated_without_narrowing_it
     assert (await scan(store, call.created_at + 61 * MINUTE)).escalated == [call.id]
     [event] = await events(store, "call.escalated", call.id)
     assert event.details is not None and event.details["groups"] == ["ops"] and "approver_groups" not in event.details
-    assert (await store.get_call(call.id)).approver_groups is None
-    assert (await store.decide(call.id, Approve(args_digest=call.args_digest), actor=ANN)).status == "approved"
+    assert (await store.calls.get_call(call.id)).approver_groups is None
+    assert (await store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=ANN)).status == "approved"
 
 
 async def test_no_escalation_without_groups_to_escalate_to(store: Store) -> None:
@@ -142,7 +144,7 @@ async def test_no_escalation_without_groups_to_escalate_to(store: Store) -> None
 async def test_a_rule_overrides_the_defaults_and_can_turn_each_step_off(store: Store) -> None:
     await rule(store, remind_before="50m", escalate_after="10m", escalate_to=["finance-leads"])
     early = await ask(store, ttl=3600)
-    await store.save_rule(
+    await store.rules.save_rule(
         parse_rule({"name": "quiet", "tool": "ping", "effect": "ask", "remind_before": 0, "escalate_after": 0}),
         actor=ADMIN,
     )
@@ -170,11 +172,11 @@ async def test_a_rule_changed_after_the_call_was_asked_does_not_change_its_follo
 async def test_a_decided_call_is_never_followed_up_even_when_found_due(store: Store) -> None:
     """The decision wins a race with a scan that found the call pending: the follow-up sees it under the lock."""
     call = await ask(store, ttl=3600)
-    await store.decide(call.id, Deny("no"), actor=ANN)
-    assert not await store.follow_up(call.id, Step.REMIND, due_at=call.created_at)
-    assert not await store.follow_up(call.id, Step.ESCALATE, due_at=call.created_at, groups=["ops"])
+    await store.calls.decide(call.id, Deny("no"), actor=ANN)
+    assert not await store.outbound.follow_up(call.id, Step.REMIND, due_at=call.created_at)
+    assert not await store.outbound.follow_up(call.id, Step.ESCALATE, due_at=call.created_at, groups=["ops"])
     assert await events(store, "call.reminded") == await events(store, "call.escalated") == []
-    assert await store.follow_ups_of([call.id]) == []
+    assert await store.outbound.follow_ups_of([call.id]) == []
 
 
 async def test_scanners_on_one_database_make_each_step_once(db_url: str) -> None:
@@ -197,7 +199,7 @@ async def test_scanners_on_one_database_make_each_step_once(db_url: str) -> None
         assert sorted(id_ for found in scans for id_ in found.escalated) == ids
         assert sorted(e.subject_id for e in await events(stores[0], "call.reminded")) == ids
         assert sorted(e.subject_id for e in await events(stores[0], "call.escalated")) == ids
-        done = await stores[0].follow_ups_of(ids)
+        done = await stores[0].outbound.follow_ups_of(ids)
         assert sorted((row.call_id, row.step) for row in done) == sorted(
             (id_, step) for id_ in ids for step in ("escalate", "remind")
         )
@@ -226,7 +228,7 @@ async def test_an_unexpected_error_is_logged_with_its_traceback_and_the_scans_go
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     call = await ask(store, ttl=None)
-    follow_up = store.follow_up
+    follow_up = store.outbound.follow_up
     failures = 0
 
     async def failing_once(*args: Any, **kwargs: Any) -> bool:
@@ -236,7 +238,7 @@ async def test_an_unexpected_error_is_logged_with_its_traceback_and_the_scans_go
             raise RuntimeError("a bug")
         return await follow_up(*args, **kwargs)
 
-    store.follow_up = failing_once  # type: ignore[method-assign]
+    store.outbound.follow_up = failing_once  # type: ignore[method-assign]
     quick = FollowUpDefaults(remind_before=None, escalate_after=0.2, escalate_to=("ops",))
     stop = anyio.Event()
     with caplog.at_level(logging.INFO, logger="approvals.follow_ups"), anyio.fail_after(30):

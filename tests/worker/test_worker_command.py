@@ -49,7 +49,7 @@ def wait_for(check: Callable[[], bool], process: subprocess.Popen[str], seconds:
 
 async def a_failed_run_event(store: Store) -> None:
     """The audit event a run that failed writes, all a webhook is made of."""
-    async with store.transaction() as tx:
+    async with store.runs.transaction() as tx:
         tx.audit(
             SYSTEM_ACTOR_ID, "run.failed", "run", "r-1", run_id="r-1", agent_name="shop", details={"error": "boom"}
         )
@@ -60,7 +60,7 @@ def test_the_worker_delivers_webhooks_and_hands_them_back_when_it_stops(db_url: 
         endpoint = endpoint_key(receiver.url)
 
         def cursor() -> WebhookCursorRow | None:
-            return on(db_url, lambda store: WebhookCursors(store).get(endpoint))
+            return on(db_url, lambda store: WebhookCursors(store.outbound).get(endpoint))
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVALS_")}
         env.update(

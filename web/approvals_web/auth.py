@@ -63,7 +63,7 @@ async def current_actor(request: Request) -> Actor | None:
     actor: Actor | None = None
     token = _bearer(request)
     if token is not None:
-        actor = await context.store.token_actor(token)
+        actor = await context.store.people.token_actor(token)
         if actor is None:
             raise HTTPException(401, "Invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
         actor = dataclasses.replace(actor, channel="api")
@@ -72,11 +72,11 @@ async def current_actor(request: Request) -> Actor | None:
         header = context.settings.trusted_identity_header
         if header and request.headers.get(header):
             try:
-                user = await context.store.get_user(request.headers[header])
+                user = await context.store.people.get_user(request.headers[header])
             except NotFound:
                 user = None
         elif request.session.get(SESSION_ID):
-            user = await context.store.session_user(str(request.session[SESSION_ID]))
+            user = await context.store.people.session_user(str(request.session[SESSION_ID]))
             if user is None:
                 request.session.pop(SESSION_ID)  # logged out, revoked, expired or the user disabled
         request.session.pop(SESSION_USER, None)

@@ -65,7 +65,7 @@ async def wait_for(
     """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call).
 
     Only the one who asked for it (or an admin) hears it: `Forbidden` for anyone else."""
-    call = await service.store.asked_call(call_id, actor=actor)
+    call = await service.store.calls.asked_call(call_id, actor=actor)
     return await _answered(service, call, actor=actor, wait=wait, gone=gone)
 
 
@@ -81,12 +81,12 @@ async def _answered(
 ) -> GateAnswer:
     with with_run(call.run_id), with_call(call.id):  # lines logged while the gate waits name the call
         if not answer_for(call).decided and wait > 0:
-            call = await service.store.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
+            call = await service.store.calls.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
         if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
             # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
             # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved.
             # Of two requests waiting on one call, only the one whose hand-out took it hears `handed_out`.
-            call, handed = await service.store.hand_out(call.id, actor=actor)
+            call, handed = await service.store.calls.hand_out(call.id, actor=actor)
         return answer_for(call, handed_out=handed)
 
 
@@ -120,7 +120,7 @@ async def ask_by_hook(
         if answer.decision is Decision.PENDING:
             await _audit_fallback(service, hook, call, fallback, time.monotonic() - asked_at, actor)
         if verdict.permission is Permission.ALLOW and answer.status == CallStatus.APPROVED:
-            _, handed = await service.store.hand_out(answer.call_id, actor=actor)  # only what the CLI runs
+            _, handed = await service.store.calls.hand_out(answer.call_id, actor=actor)  # only what the CLI runs
             if not handed:  # another request about the same tool call was handed it at the same moment
                 return hook.denial(f"approvals handed this call to another request, which runs it: {answer.call_id}")
     except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
@@ -150,7 +150,7 @@ async def _audit_refusal(service: ApprovalService, hook: HookFormat, reason: str
             if isinstance(body.get(name), str)
         }
     try:
-        await service.store.record_refusal(hook.engine, reason, actor_id=actor.id, details=details)
+        await service.store.calls.record_refusal(hook.engine, reason, actor_id=actor.id, details=details)
     except Exception:  # the denial stands even when the record cannot be written
         logger.exception("could not audit a refused %s hook request", hook.cli)
 
@@ -161,7 +161,7 @@ async def _audit_fallback(
     """Nobody decided within the hook's wait: say so in the audit log (what `/metrics` counts as a fallback)."""
     logger.info("%s hook: call %s not decided in %.0f s; answered %s", hook.cli, call.id, waited, fallback.value)
     try:
-        await service.store.record_fallback(call, fallback=fallback.value, waited=waited, actor_id=actor.id)
+        await service.store.calls.record_fallback(call, fallback=fallback.value, waited=waited, actor_id=actor.id)
     except Exception:  # the fallback answer stands even when the record cannot be written
         logger.exception("could not audit the fallback of %s hook call %s", hook.cli, call.id)
 
@@ -169,7 +169,7 @@ async def _audit_fallback(
 async def _report(service: ApprovalService, hook: HookFormat, body: Any, *, actor: Actor) -> dict[str, Any]:
     """A post-tool hook: the tool ran, so settle its call; the answer says nothing (the tool already ran)."""
     try:
-        settled = await service.store.settle_reported(hook.reported(body), actor=actor)
+        settled = await service.store.calls.settle_reported(hook.reported(body), actor=actor)
     except (HookInputError, ApprovalsError) as exc:
         logger.warning("%s post-tool report from %s not recorded: %s", hook.cli, actor.id, exc)
     except Exception:  # a report lost is a call left executing for a person to settle, never a blocked CLI

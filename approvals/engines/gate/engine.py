@@ -1,8 +1,8 @@
 """Gates: engines for agents that run elsewhere and wait for decisions themselves.
 
 A gate has no history to store or resume: its caller requests a decision on each risky call
-(`Store.request_call`), waits for it (`Store.wait_for_decision`), runs the tool itself and
-reports how it went (`Store.settle_call`). Each wire format that asks this way (the HTTP
+(`store.calls.request_call`), waits for it (`store.calls.wait_for_decision`), runs the tool itself and
+reports how it went (`store.calls.settle_call`). Each wire format that asks this way (the HTTP
 gate, a coding CLI's hook, an MCP proxy) is a gate engine under its own name, so the run
 page and the audit log say who asked.
 """

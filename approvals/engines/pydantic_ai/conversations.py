@@ -53,7 +53,7 @@ class SQLConversationStore(ConversationStore):
     for people, its save cancels that run, audited as `actor`: the inbox's decision no longer
     applies, and a reviewer approving later would run the call for a conversation that went
     on without it, perhaps a second time. The cancel happens in the save's own transaction
-    rather than through `Store.cancel_run` afterwards, so no decision can slip in between.
+    rather than through `store.runs.cancel_run` afterwards, so no decision can slip in between.
     Once people decided (the run is queued, running or has news), the inbox's outcome stands
     and such a save raises `ConversationConflict`: read the conversation again once the run
     stopped. Deleting a conversation cancels a run that still waits for people too.
@@ -86,7 +86,7 @@ class SQLConversationStore(ConversationStore):
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         stored = None
         for _ in range(SYNC_ATTEMPTS):
-            stored = await self.store.read_conversation(conversation_id)
+            stored = await self.store.conversations.read_conversation(conversation_id)
             if stored is None or stored.run is None or not stored.run.has_news:
                 break
             record = await self._sync(stored)
@@ -96,7 +96,7 @@ class SQLConversationStore(ConversationStore):
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
         records: list[ConversationRecord] = []
-        for stored in await self.store.list_conversations(scope=scope, limit=limit):
+        for stored in await self.store.conversations.list_conversations(scope=scope, limit=limit):
             if stored.run is None or not stored.run.has_news:
                 records.append(record_from(stored.record))
             elif (record := await self.read_record(stored.record.conversation_id)) is not None:
@@ -119,37 +119,39 @@ class SQLConversationStore(ConversationStore):
             cancelled_by=self.actor.id,
         )
         try:
-            await self.store.write_conversation(write)
+            await self.store.conversations.write_conversation(write)
         except ConversationChanged as exc:
             raise ConversationConflict(record.conversation_id) from exc
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         try:
-            await self.store.delete_conversation(
+            await self.store.conversations.delete_conversation(
                 conversation_id, expected_revision=expected_revision, cancelled_by=self.actor.id
             )
         except ConversationChanged as exc:
             raise ConversationConflict(conversation_id) from exc
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
-        return entry_from(await self.store.conversation_entry(entry_id))
+        return entry_from(await self.store.conversations.conversation_entry(entry_id))
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        return [entry_from(entry) for entry in await self.store.conversation_history(head_id, limit=limit)]
+        return [
+            entry_from(entry) for entry in await self.store.conversations.conversation_history(head_id, limit=limit)
+        ]
 
     async def inbox_run(self, conversation_id: str) -> str | None:
         """The run in our inbox that holds the calls the conversation waits on, if any."""
-        stored = await self.store.read_conversation(conversation_id)
+        stored = await self.store.conversations.read_conversation(conversation_id)
         return None if stored is None or stored.run is None else stored.run.run_id
 
     async def _sync(self, stored: StoredConversation) -> ConversationRecord | None:
         """The record after the linked run's news, saved; None when another writer changed it first."""
         assert stored.run is not None
-        news = await self.store.linked_run_news(stored.run.run_id, after=stored.run.synced_messages)
+        news = await self.store.conversations.linked_run_news(stored.run.run_id, after=stored.run.synced_messages)
         if not news.run.has_news:  # moved on between the two reads (a retried run, say): as stored
             return record_from(stored.record)
         sync = synced(stored.record, news)
-        if not await self.store.sync_conversation(sync):
+        if not await self.store.conversations.sync_conversation(sync):
             return None
         return record_from(sync.record)
 

@@ -2,8 +2,7 @@
 
 `Outbound` is the aggregate: channel messages (`channel_messages`), e-mail links
 (`email_links`) and follow-ups, reminders and escalations (`follow_ups`). `Store.outbound` is
-one; `Store` still answers the same methods (it passes them on) while callers move to
-`store.outbound.…`. The webhook cursors (`outbox`) are the deliverer's, reached through the store.
+one. The webhook cursors (`outbox.WebhookCursors`) are the deliverer's, over `store.outbound`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """People: accounts, API tokens, sign-in sessions and their throttle, reviewers' identities in channels.
 
 `People` is the aggregate: the operations of `accounts`, `logins` and `reviewer_identity` over
-one database. `Store.people` is one; `Store` still answers the same methods (it passes them on)
-while callers move to `store.people.…`.
+one database. `Store.people` is one.
 """
 
 from __future__ import annotations

@@ -57,10 +57,10 @@ class Driver:
         return await self.worker().resume()
 
     async def run(self, run_id: str) -> RunRow:
-        return await self.store.get_run(run_id)
+        return await self.store.runs.get_run(run_id)
 
     async def calls(self, run_id: str) -> list[ToolCallRow]:
-        return sorted(await self.store.run_calls(run_id), key=lambda call: call.tool_call_id)
+        return sorted(await self.store.calls.run_calls(run_id), key=lambda call: call.tool_call_id)
 
     async def told(self, run_id: str) -> list[Told]:
         """What the model said it received, once the run completed."""

@@ -49,10 +49,10 @@ async def test_a_call_that_needs_a_person_pauses_with_validated_arguments_and_ba
     (call,) = await driver.calls(run_id)  # the invalid call never reached anyone
     assert (call.tool_name, call.args, call.status) == ("refund", {"order_id": "A-1", "amount": 5}, "pending")
     assert call.args_digest == ApprovalService.args_digest(call.args)
-    definition = await driver.store.tool_definition(call.tool_version)
+    definition = await driver.store.calls.tool_definition(call.tool_version)
     assert definition.parameters_json_schema["properties"]["amount"]["exclusiveMinimum"] == 0
 
-    await driver.store.decide(call.id, Approve(), actor=ALICE)
+    await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
     await driver.resume()
     lookup, retry, refunded = await driver.told(run_id)
     assert lookup == Told("result", "lookup_order", "order A-1: 2 items")
@@ -64,8 +64,8 @@ async def test_approved_the_call_runs_once_and_the_run_completes(driver: Driver)
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
     with pytest.raises(Conflict):  # an approval of other arguments than those stored
-        await driver.store.decide(call.id, Approve(args_digest="0" * 64), actor=ALICE)
-    await driver.store.decide(call.id, Approve(args_digest=call.args_digest), actor=ALICE)
+        await driver.store.calls.decide(call.id, Approve(args_digest="0" * 64), actor=ALICE)
+    await driver.store.calls.decide(call.id, Approve(args_digest=call.args_digest), actor=ALICE)
     assert await driver.resume() == run_id
     assert await driver.told(run_id) == [REFUNDED]
     assert driver.logged() == ["refund A-1 5"]
@@ -81,9 +81,9 @@ async def test_an_edit_is_validated_by_the_tools_own_rules_and_the_edited_argume
     with pytest.raises(InvalidEdit) as refused:
         await driver.service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount": 0}), actor=ALICE)
     assert [location for location, _ in refused.value.errors] == ["amount"]
-    kept = await driver.store.get_call(call.id)
+    kept = await driver.store.calls.get_call(call.id)
     assert (kept.status, kept.current_args) == (CallStatus.PENDING, {"order_id": "A-1", "amount": 5})  # nothing lost
-    assert await driver.store.decisions_for(call.id) == []  # and nothing recorded
+    assert await driver.store.calls.decisions_for(call.id) == []  # and nothing recorded
 
     await driver.service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount": "3"}), actor=ALICE)
     await driver.resume()
@@ -96,21 +96,21 @@ async def test_an_edit_is_validated_by_the_tools_own_rules_and_the_edited_argume
 async def test_a_denials_reason_reaches_the_model_and_the_tool_never_runs(driver: Driver) -> None:
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
-    await driver.store.decide(call.id, Deny(reason="Outside the refund window."), actor=ALICE)
+    await driver.store.calls.decide(call.id, Deny(reason="Outside the refund window."), actor=ALICE)
     await driver.resume()
     assert await driver.told(run_id) == [Told("denied", "refund", "Outside the refund window.")]
     assert driver.logged() == []
-    assert (await driver.store.get_call(call.id)).status == CallStatus.DENIED
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.DENIED
 
 
 async def test_an_answer_in_the_tools_place_reaches_the_model_and_the_tool_never_runs(driver: Driver) -> None:
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
-    await driver.store.decide(call.id, Answer(content="Refunded by hand."), actor=ALICE)
+    await driver.store.calls.decide(call.id, Answer(content="Refunded by hand."), actor=ALICE)
     await driver.resume()
     assert await driver.told(run_id) == [Told("result", "refund", "Refunded by hand.")]
     assert driver.logged() == []
-    assert (await driver.store.get_call(call.id)).status == CallStatus.ANSWERED
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.ANSWERED
     returns = [
         (p.tool_name, p.source) for m in await driver.view(run_id) for p in m.parts if isinstance(p, ToolReturnPart)
     ]
@@ -124,12 +124,12 @@ async def test_parallel_calls_are_decided_one_by_one_and_the_run_resumes_once_bo
     first, second = await driver.calls(run_id)
     assert [(c.args["order_id"], c.status) for c in (first, second)] == [("A-1", "pending"), ("B-2", "pending")]
 
-    await driver.store.decide(first.id, Approve(), actor=ALICE)
+    await driver.store.calls.decide(first.id, Approve(), actor=ALICE)
     assert await driver.resume() is None  # one of two decided: the run waits
     assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL
     assert driver.logged() == []
 
-    await driver.store.decide(second.id, Deny(reason="Not this one."), actor=BOB)
+    await driver.store.calls.decide(second.id, Deny(reason="Not this one."), actor=BOB)
     assert await driver.resume() == run_id
     assert driver.logged() == ["refund A-1 5"]
     assert sorted(await driver.told(run_id), key=str) == sorted(
@@ -138,49 +138,49 @@ async def test_parallel_calls_are_decided_one_by_one_and_the_run_resumes_once_bo
 
 
 async def test_a_call_a_rule_gives_a_quorum_waits_for_two_different_people(driver: Driver) -> None:
-    await driver.store.save_rule(
+    await driver.store.rules.save_rule(
         parse_rule({"name": "refunds-by-two", "tool": "refund", "effect": "ask", "approvals": 2}), actor=ADMIN
     )
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
     assert (call.approvals_required, call.rule_name) == (2, "refunds-by-two")
 
-    await driver.store.decide(call.id, Approve(), actor=ALICE)
+    await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
     with pytest.raises(Conflict):  # the same person twice is still one approval
-        await driver.store.decide(call.id, Approve(), actor=ALICE)
+        await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
     assert await driver.resume() is None
-    assert (await driver.store.get_call(call.id)).status == CallStatus.PENDING
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.PENDING
     assert driver.logged() == []
 
-    await driver.store.decide(call.id, Approve(), actor=BOB)
+    await driver.store.calls.decide(call.id, Approve(), actor=BOB)
     assert await driver.resume() == run_id
     assert await driver.told(run_id) == [REFUNDED]
     assert driver.logged() == ["refund A-1 5"]
-    assert sorted(d.actor for d in await driver.store.decisions_for(call.id)) == ["alice", "bob"]
+    assert sorted(d.actor for d in await driver.store.calls.decisions_for(call.id)) == ["alice", "bob"]
 
 
 async def test_a_call_left_past_its_time_expires_as_a_denial_the_model_reads(driver: Driver) -> None:
-    await driver.store.save_rule(
+    await driver.store.rules.save_rule(
         parse_rule({"name": "refunds-within-an-hour", "tool": "refund", "effect": "ask", "ttl": "1h"}), actor=ADMIN
     )
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
     assert call.expires_at is not None
-    assert await driver.store.expire(now=call.expires_at - dt.timedelta(seconds=1)) == 0
-    assert await driver.store.expire(now=call.expires_at + dt.timedelta(seconds=1)) == 1
-    assert (await driver.store.get_call(call.id)).status == CallStatus.EXPIRED
+    assert await driver.store.calls.expire(now=call.expires_at - dt.timedelta(seconds=1)) == 0
+    assert await driver.store.calls.expire(now=call.expires_at + dt.timedelta(seconds=1)) == 1
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.EXPIRED
 
     assert await driver.resume() == run_id
     (told,) = await driver.told(run_id)
     assert (told.kind, told.tool) == ("denied", "refund")
     assert driver.logged() == []
-    actions = [e.action for e in (await driver.store.audit_events(run_id=run_id, newest_first=False)).items]
+    actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
     assert actions[:3] == ["run.started", "run.resumed", "call.requested"]
     assert "call.expired" in actions and actions[-1] == "run.completed"
 
 
 async def test_a_rule_allows_a_call_before_anyone_is_asked(driver: Driver) -> None:
-    await driver.store.save_rule(
+    await driver.store.rules.save_rule(
         parse_rule({"name": "small-refunds", "tool": "refund", "when": "args.amount < 10", "effect": "allow"}),
         actor=ADMIN,
     )
@@ -195,12 +195,12 @@ async def test_a_rule_allows_a_call_before_anyone_is_asked(driver: Driver) -> No
         "rule:small-refunds",
         "small-refunds",
     )
-    actions = [e.action for e in (await driver.store.audit_events(run_id=run_id, newest_first=False)).items]
+    actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
     assert "run.paused" not in actions  # nobody was asked
 
 
 async def test_a_rule_denies_a_call_before_anyone_is_asked_and_the_model_reads_its_reason(driver: Driver) -> None:
-    await driver.store.save_rule(
+    await driver.store.rules.save_rule(
         parse_rule({"name": "no-refunds", "tool": "refund", "effect": "deny", "reason": "Finance refunds."}),
         actor=ADMIN,
     )
@@ -218,23 +218,23 @@ async def test_a_worker_killed_between_running_a_call_and_storing_its_result_nev
 ) -> None:
     run_id = await driver.start(REFUND, crash_in_refund=True)
     (call,) = await driver.calls(run_id)
-    await driver.store.decide(call.id, Approve(), actor=ALICE)
+    await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
 
     killed = driver.worker_process(lease_seconds=LEASE)
     assert killed.returncode == -9, (killed.stdout, killed.stderr)  # SIGKILL, right after the refund happened
     assert driver.logged() == ["refund A-1 5"]
-    assert (await driver.store.get_call(call.id)).status == CallStatus.EXECUTING
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.EXECUTING
 
     await anyio.sleep(LEASE + 0.1)  # the dead worker's lease runs out
     assert await driver.worker("rescuer").resume() is None  # nothing safe to run
-    assert (await driver.store.get_call(call.id)).status == CallStatus.OUTCOME_UNKNOWN  # for a person to settle
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.OUTCOME_UNKNOWN  # for a person to settle
     assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL
 
-    await driver.store.decide(call.id, Answer(content="Refund confirmed by the bank."), actor=BOB)
+    await driver.store.calls.decide(call.id, Answer(content="Refund confirmed by the bank."), actor=BOB)
     assert await driver.resume() == run_id
     assert await driver.told(run_id) == [Told("result", "refund", "Refund confirmed by the bank.")]
     assert driver.logged() == ["refund A-1 5"]  # never called a second time
-    actions = [e.action for e in (await driver.store.audit_events(run_id=run_id, newest_first=False)).items]
+    actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
     assert "call.outcome_unknown" in actions
 
 
@@ -243,8 +243,8 @@ async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome
         LOOKUP, [("refund", {"order_id": "A-1", "amount": 5}), ("refund", {"order_id": "B-2", "amount": 7})]
     )
     first, second = await driver.calls(run_id)
-    await driver.store.decide(first.id, Approve(), actor=ALICE)
-    await driver.store.decide(second.id, Deny(reason="Not this one."), actor=ALICE)
+    await driver.store.calls.decide(first.id, Approve(), actor=ALICE)
+    await driver.store.calls.decide(second.id, Deny(reason="Not this one."), actor=ALICE)
     await driver.resume()
     assert (await driver.run(run_id)).status == RunStatus.COMPLETED
 
@@ -275,14 +275,14 @@ async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome
 async def test_the_audit_chain_of_a_run_verifies(driver: Driver) -> None:
     run_id = await driver.start(REFUND, REFUND)
     (call,) = await driver.calls(run_id)
-    await driver.store.decide(call.id, Deny(reason="Not yet."), actor=ALICE)
+    await driver.store.calls.decide(call.id, Deny(reason="Not yet."), actor=ALICE)
     await driver.resume()
     _, again = await driver.calls(run_id)
-    await driver.store.decide(again.id, Approve(), actor=BOB)
+    await driver.store.calls.decide(again.id, Approve(), actor=BOB)
     await driver.resume()
     assert (await driver.run(run_id)).status == RunStatus.COMPLETED
-    actions = [e.action for e in (await driver.store.audit_events(run_id=run_id, newest_first=False)).items]
+    actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
     assert actions[0] == "run.started" and actions[-1] == "run.completed"
     assert {"call.requested", "call.denied", "call.approved"} <= set(actions)
-    verification = await driver.store.verify_audit()
+    verification = await driver.store.audit.verify_audit()
     assert verification.ok, verification

@@ -203,12 +203,12 @@ async def me(actor: ViewerAPI) -> ActorOut:
 async def start_run(body: StartRun, actor: RunsWriteAPI, context: ContextDep, response: Response) -> RunOut:
     run_id = await context.service.start_run(body.agent, body.prompt, actor=actor, deps=body.deps)
     response.headers["Location"] = f"/api/runs/{run_id}"
-    return RunOut.model_validate(await context.store.get_run(run_id))
+    return RunOut.model_validate(await context.store.runs.get_run(run_id))
 
 
 @router.get("/runs", summary="List runs, newest first", responses=errors(400, 401, 422))
 async def list_runs(actor: RunsReadAPI, context: ContextDep, filters: Annotated[RunFilters, Query()]) -> RunPage:
-    page = await context.store.list_runs(
+    page = await context.store.runs.list_runs(
         status=filters.status,
         agent_name=filters.agent,
         after=checked_cursor(filters.after, dt.datetime, str),
@@ -219,19 +219,19 @@ async def list_runs(actor: RunsReadAPI, context: ContextDep, filters: Annotated[
 
 @router.get("/runs/{run_id}", summary="A run's status, output and error", responses=errors(401, 404, 422))
 async def get_run(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunOut:
-    return RunOut.model_validate(await context.store.get_run(run_id))
+    return RunOut.model_validate(await context.store.runs.get_run(run_id))
 
 
 @router.get("/runs/{run_id}/messages", summary="A run's stored message history", responses=errors(401, 404, 422))
 async def run_messages(run_id: RunId, actor: RunsReadAPI, context: ContextDep) -> RunMessages:
-    await context.store.get_run(run_id)  # 404 for an unknown run rather than an empty history
+    await context.store.runs.get_run(run_id)  # 404 for an unknown run rather than an empty history
     return RunMessages(run_id=run_id, messages=await context.service.history(run_id))
 
 
 @router.get("/runs/{run_id}/calls", summary="The calls of a run that needed a person", responses=errors(401, 404, 422))
 async def run_calls(run_id: RunId, actor: CallsReadAPI, context: ContextDep) -> CallList:
-    await context.store.get_run(run_id)
-    return CallList(items=[CallOut.model_validate(c) for c in await context.store.run_calls(run_id)])
+    await context.store.runs.get_run(run_id)
+    return CallList(items=[CallOut.model_validate(c) for c in await context.store.calls.run_calls(run_id)])
 
 
 @router.post(
@@ -297,7 +297,7 @@ async def resume_run(
 @router.get("/calls", summary="The inbox: calls waiting for a person, oldest first", responses=errors(400, 401, 422))
 async def list_calls(actor: CallsReadAPI, context: ContextDep, filters: Annotated[CallFilters, Query()]) -> CallPage:
     mine = actor if filters.for_me else None
-    page = await context.store.list_calls(
+    page = await context.store.calls.list_calls(
         status=None if filters.status == "all" else filters.status,
         agent_name=filters.agent,
         tool_name=filters.tool,
@@ -306,7 +306,7 @@ async def list_calls(actor: CallsReadAPI, context: ContextDep, filters: Annotate
         after=checked_cursor(filters.after, dt.datetime, str),
         limit=filters.limit,
     )
-    counts = await context.store.count_calls_by_status(
+    counts = await context.store.calls.count_calls_by_status(
         agent_name=filters.agent, tool_name=filters.tool, approvable_by=mine
     )
     return CallPage(items=[CallOut.model_validate(c) for c in page.items], next_cursor=page.next_cursor, counts=counts)
@@ -318,9 +318,9 @@ async def list_calls(actor: CallsReadAPI, context: ContextDep, filters: Annotate
     responses=errors(401, 404, 422),
 )
 async def get_call(call_id: CallId, actor: CallsReadAPI, context: ContextDep) -> CallDetail:
-    call = await context.store.get_call(call_id)
-    definition = await context.store.tool_definition(call.tool_version)
-    return CallDetail.build(call, definition, await context.store.decisions_for(call_id))
+    call = await context.store.calls.get_call(call_id)
+    definition = await context.store.calls.tool_definition(call.tool_version)
+    return CallDetail.build(call, definition, await context.store.calls.decisions_for(call_id))
 
 
 @router.post(
@@ -392,7 +392,7 @@ def to_verdict(body: ApproveVerdict | DenyVerdict | EditVerdict | AnswerVerdict)
 async def list_audit(
     actor: AuditReadAPI, context: ContextDep, filters: Annotated[AuditListFilters, Query()]
 ) -> AuditPage:
-    page = await context.store.audit_events(
+    page = await context.store.audit.audit_events(
         **filters.store_filters(), after=checked_cursor(filters.after, int), limit=filters.limit
     )
     return AuditPage(items=[AuditEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
@@ -434,16 +434,16 @@ async def export_audit(
 
 @router.get("/audit/verify", summary="Check the audit log's hash chain end to end", responses=errors(401))
 async def verify_audit(actor: AuditReadAPI, context: ContextDep) -> AuditVerificationOut:
-    return AuditVerificationOut.model_validate(await context.store.verify_audit())
+    return AuditVerificationOut.model_validate(await context.store.audit.verify_audit())
 
 
 async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "jsonl"]) -> AsyncIterator[str]:
-    head = await store.last_audit_event_id()
+    head = await store.audit.last_audit_event_id()
     after: str | None = None
     if format == "csv":
         yield _csv_lines([CSV_COLUMNS])
     while True:
-        page = await store.audit_events(**filters.store_filters(), after=after, limit=1_000, newest_first=False)
+        page = await store.audit.audit_events(**filters.store_filters(), after=after, limit=1_000, newest_first=False)
         rows = [row for row in page.items if row.id <= head]
         if rows:
             yield _csv_lines(csv_row(r) for r in rows) if format == "csv" else _jsonl(rows)

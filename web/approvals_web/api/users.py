@@ -39,7 +39,7 @@ router = APIRouter(
 
 @router.get("/users", summary="Users, their roles and groups (admin)", responses=errors(401, 403))
 async def list_users(actor: UserAdminAPI, context: ContextDep) -> UserList:
-    return UserList(items=[UserOut.model_validate(user) for user in await context.store.list_users()])
+    return UserList(items=[UserOut.model_validate(user) for user in await context.store.people.list_users()])
 
 
 @router.put(

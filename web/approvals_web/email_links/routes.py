@@ -15,7 +15,7 @@ the CSP's `form-action 'self'` allows this page's own form.)
 
 Every answer sends `Referrer-Policy: no-referrer` (the page's URL holds the token, and its
 links must not hand it to another site) and `Cache-Control: no-store`. Before a link is
-used (`Store.claim_email_link`, one atomic UPDATE) everything that would refuse the
+used (`store.outbound.claim_email_link`, one atomic UPDATE) everything that would refuse the
 decision is checked, so a refused attempt (a denial without a reason, a disabled user, a
 call decided elsewhere or changed since the mail, a reviewer outside the call's groups)
 leaves the link as it was.
@@ -182,7 +182,7 @@ async def _decide(context: AppContext, token: str, call: Call, verdict: Verdict,
     except LinkUsed as exc:
         raise Refusal(*_LINK_PROBLEMS[exc.problem], call) from None
     except Conflict as exc:
-        now = await context.store.get_call(call.id)
+        now = await context.store.calls.get_call(call.id)
         if not now.is_open:
             who = f"{exc.decided_by} decided this call first" if exc.decided_by else "This call was decided first"
             detail = f"{who}: {decided_sentence(now)}. Your decision was not applied."
@@ -202,7 +202,7 @@ async def _done(context: AppContext, call: Call, verdict: Verdict) -> tuple[str,
         return "Denied", f"You denied {call.tool_name}. The agent is told why: {verdict.reason}"
     if not call.is_open:
         return "Approved", f"You approved {call.tool_name}; the agent goes on with it."
-    facts = (await context.store.review_facts([call.id])).get(call.id)
+    facts = (await context.store.calls.review_facts([call.id])).get(call.id)
     approvers = sorted(facts.standing.get(call.current_digest, ())) if facts is not None else []
     progress = quorum_sentence(len(approvers), call.approvals_required, approvers)
     return "Approval recorded", f"Your approval counts: {progress}."

@@ -55,7 +55,7 @@ async def asking_actor(request: Request) -> Actor:
         raise HTTPException(
             401, "The gate takes an API token (Authorization: Bearer ...)", {"WWW-Authenticate": "Bearer"}
         )
-    actor = await app_context(request).store.token_actor(token.strip())
+    actor = await app_context(request).store.people.token_actor(token.strip())
     if actor is None:
         raise HTTPException(401, "Invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"})
     if not actor.can("reviewer") or not actor.may(ASK_SCOPE):

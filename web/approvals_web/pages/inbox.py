@@ -8,10 +8,10 @@ named block as the full page; any other form post is answered 303 back to the pa
 the widget itself with 422 or 409; `static/approvals.js` lets htmx swap those.
 
 Which buttons and forms a viewer gets comes from `approvals.calls.options` (`call_options`,
-`run_options`), the rules `Store.decide` itself refuses by; the pages restate none of them.
+`run_options`), the rules `store.calls.decide` itself refuses by; the pages restate none of them.
 The inbox's "For me" view asks the store for the same rules as SQL (`approvable_by`). A
 call names the rule that decided it or routed it to groups (`views.RuleMention`); approve
-and remember (`Store.approve_and_remember`) makes a narrow rule the card lists, revocable.
+and remember (`store.rules.approve_and_remember`) makes a narrow rule the card lists, revocable.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ async def _definition(context: AppContext, version: str) -> ToolDefinition:
     """A stored tool definition; its version is a hash of its content, so each is read once per process."""
     definition = _DEFINITIONS.get(version)
     if definition is None:
-        definition = await context.store.tool_definition(version)
+        definition = await context.store.calls.tool_definition(version)
         if len(_DEFINITIONS) > 1_000:
             _DEFINITIONS.clear()
         _DEFINITIONS[version] = definition
@@ -139,7 +139,7 @@ async def inbox(
 ) -> Response:
     filters = {"status": status, "agent": agent, "tool": tool, "q": q, "for_me": "1" if for_me else ""}
     mine = actor if for_me else None
-    page = await context.store.list_calls(
+    page = await context.store.calls.list_calls(
         status=None if status == "all" else status or None,
         agent_name=agent or None,
         tool_name=tool or None,
@@ -148,8 +148,8 @@ async def inbox(
         after=after,
         limit=PAGE_SIZE,
     )
-    every_count = await context.store.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
-    mine_count = await context.store.count_calls_by_status(
+    every_count = await context.store.calls.count_calls_by_status(agent_name=agent or None, tool_name=tool or None)
+    mine_count = await context.store.calls.count_calls_by_status(
         agent_name=agent or None, tool_name=tool or None, approvable_by=actor
     )
     counts = mine_count if for_me else every_count
@@ -189,7 +189,7 @@ class RememberedRule:
 
     rule: StoredRule
     may_revoke: bool
-    """Its author, or an admin: whom `Store.delete_rule` lets remove it."""
+    """Its author, or an admin: whom `store.rules.delete_rule` lets remove it."""
 
 
 @dataclass
@@ -247,9 +247,9 @@ async def _card(
     """Everything a card shows; `errors` and `submitted` put a refused edit back in its form, `remember`
     a refused approve-and-remember."""
     definition = await _definition(context, call.tool_version)
-    decisions = await context.store.decisions_for(call.id)
+    decisions = await context.store.calls.decisions_for(call.id)
     options = (await context.service.options_for(actor, [call]))[call.id]
-    run = await context.store.get_run(call.run_id)
+    run = await context.store.runs.get_run(call.run_id)
     args = call.current_args
     fields, form_errors = forms.arg_fields(
         definition.parameters_json_schema, args, submitted=submitted, errors=errors or []
@@ -290,7 +290,7 @@ async def _remembered_rules(context: AppContext, actor: Actor, call: Call, run: 
     """The remembered rules in force whose names take calls like `call` (their conditions aside)."""
     now = dt.datetime.now(dt.UTC)
     found = []
-    for rule in await context.store.list_rules(kind=Kind.REMEMBERED):
+    for rule in await context.store.rules.list_rules(kind=Kind.REMEMBERED):
         takes = rule.spec.matches_names(
             engine=run.engine, agent=call.agent_name, tool=call.tool_name, session=run.session_id or run.id
         )
@@ -335,7 +335,7 @@ async def _call_page(
 
 @router.get("/calls/{call_id}")
 async def call_detail(request: Request, call_id: str, actor: ViewerPage, context: ContextDep) -> Response:
-    call = await context.store.get_call(call_id)
+    call = await context.store.calls.get_call(call_id)
     return await _call_page(request, context, actor, call)
 
 
@@ -343,7 +343,7 @@ async def _widget(
     request: Request, context: AppContext, actor: Actor, call_id: str, view: View, *, status: int = 200, **state: Any
 ) -> Response:
     """The card (or inbox row) after a decision or a refused one; a whole page without htmx."""
-    call = await context.store.get_call(call_id)
+    call = await context.store.calls.get_call(call_id)
     if view == "row" and is_htmx(request):
         row = await _row(context, actor, call, (await context.service.options_for(actor, [call]))[call.id])
         row.message = state.get("message")
@@ -413,8 +413,8 @@ async def approve_and_remember(
     pin: Annotated[list[str] | None, Form()] = None,
     condition: Annotated[str, Form()] = "",
 ) -> Response:
-    """Approve, and allow calls like this one for a while: a narrow rule (`Store.approve_and_remember`)."""
-    call = await context.store.get_call(call_id)
+    """Approve, and allow calls like this one for a while: a narrow rule (`store.rules.approve_and_remember`)."""
+    call = await context.store.calls.get_call(call_id)
     form = forms.RememberForm.submitted(
         call.current_args, scope=scope, period=period, pinning=pinning, pinned=pin or [], condition=condition
     )
@@ -441,7 +441,7 @@ async def approve_and_remember(
 async def revoke_remembered(
     request: Request, call_id: str, name: str, actor: ReviewerPage, context: ContextDep
 ) -> Response:
-    """Remove a remembered rule shown on a call's card: its author's or an admin's to remove (`Store.delete_rule`)."""
+    """Remove a remembered rule shown on a call's card: its author's or an admin's (`store.rules.delete_rule`)."""
     try:
         await context.service.delete_rule(name, actor=actor)
     except Forbidden as exc:
@@ -479,7 +479,7 @@ async def edit(
     args_digest: Annotated[str, Form(min_length=1)],
 ) -> Response:
     submitted = forms.form_values((await request.form()).multi_items())
-    call = await context.store.get_call(call_id)
+    call = await context.store.calls.get_call(call_id)
     schema = (await _definition(context, call.tool_version)).parameters_json_schema
     args, problems = forms.args_from_form(schema, submitted)
     if problems:  # unreadable input: show it with whatever else the validator finds; nothing is saved
@@ -526,7 +526,9 @@ async def runs(
     agent: str = "",
     after: str | None = None,
 ) -> Response:
-    page = await context.store.list_runs(status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE)
+    page = await context.store.runs.list_runs(
+        status=status or None, agent_name=agent or None, after=after, limit=PAGE_SIZE
+    )
     filters = {"status": status, "agent": agent}
     return render_page(
         request,
@@ -623,7 +625,7 @@ async def audit(
     after: str | None = None,
 ) -> Response:
     filters = {"since": since, "until": until, "actor": who, "action": action, "agent": agent, "tool": tool}
-    page = await context.store.audit_events(
+    page = await context.store.audit.audit_events(
         since=_time(since, "since"),
         until=_time(until, "until"),
         actor=who or None,
@@ -653,5 +655,5 @@ async def audit(
 @router.get("/audit/verify")
 async def audit_verify(request: Request, actor: ViewerPage, context: ContextDep) -> Response:
     """The hash chain's state; the audit page loads it after rendering, since it reads every event."""
-    verification = await context.store.verify_audit()
+    verification = await context.store.audit.verify_audit()
     return render_page(request, "audit_verify.html", {"verification": verification}, block="verify")

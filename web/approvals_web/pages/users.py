@@ -61,7 +61,7 @@ def _answer(request: Request, context: dict[str, Any], *, block: str | None = No
 
 @router.get("/users")
 async def users_page(request: Request, actor: AdminPage, context: ContextDep) -> Response:
-    lines = [_line(user) for user in await context.store.list_users()]
+    lines = [_line(user) for user in await context.store.people.list_users()]
     return _answer(request, {"lines": lines})
 
 
@@ -74,7 +74,7 @@ async def set_groups(
     try:
         user = await context.service.set_user_groups(username, wanted, actor=actor)
     except UserError as exc:
-        line = UserLine(await context.store.get_user(username), groups, error=str(exc))
+        line = UserLine(await context.store.people.get_user(username), groups, error=str(exc))
         return await _with_line(request, context, line, status=422)
     if not is_htmx(request):
         return see_other("/users")
@@ -96,7 +96,7 @@ async def set_contact(
             username, actor=actor, email=email.strip() or None, slack_user_id=slack_user_id.strip() or None
         )
     except (UserError, Conflict) as exc:
-        current = await context.store.get_user(username)
+        current = await context.store.people.get_user(username)
         line = _line(current)
         line.email_text, line.slack_text, line.contact_error = email, slack_user_id, str(exc)
         return await _with_line(request, context, line, status=422 if isinstance(exc, UserError) else 409)
@@ -109,5 +109,7 @@ async def _with_line(request: Request, context: AppContext, line: UserLine, *, s
     """The row alone for htmx; else the whole page with this row as it is."""
     if is_htmx(request):
         return _answer(request, {"line": line}, block="user_row", status=status)
-    lines = [line if user.username == line.user.username else _line(user) for user in await context.store.list_users()]
+    lines = [
+        line if user.username == line.user.username else _line(user) for user in await context.store.people.list_users()
+    ]
     return _answer(request, {"lines": lines}, status=status)

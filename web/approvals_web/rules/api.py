@@ -11,7 +11,7 @@
 Tokens: `rules:read` to read (role viewer) and check a condition (role reviewer: reviewers
 write conditions when they remember an approval); `rules:write` (role admin) to change,
 apply and dry-run. `DELETE` takes a reviewer too: the one who remembered the rule
-(`Store.delete_rule` decides). Errors are RFC 9457 problems, as in the rest of the API; an
+(`store.rules.delete_rule` decides). Errors are RFC 9457 problems, as in the rest of the API; an
 invalid rule is a 422 whose `errors` name each field, with the condition's `line` and
 `column` when it is not valid CEL. The page routes are `approvals_web.rules.pages`.
 """
@@ -372,7 +372,7 @@ async def get_rule(name: RuleName, actor: RulesReadAPI, context: ContextDep, res
 
 @router.get("/{name}/versions", summary="Every version of a rule, newest first", responses=errors(401, 404, 422))
 async def rule_versions(name: RuleName, actor: RulesReadAPI, context: ContextDep) -> RuleVersionList:
-    versions = await context.store.rule_versions(name)
+    versions = await context.store.rules.rule_versions(name)
     return RuleVersionList(items=[RuleVersionOut.build(rule) for rule in versions])
 
 

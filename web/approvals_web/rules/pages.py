@@ -2,7 +2,7 @@
 
 - `/rules` lists standing and remembered rules with their flags (can never match, shadowed)
   and their condition's last failure; admins enable, disable and remove them there, and a
-  reviewer revokes a rule they remembered (`Store.delete_rule` decides who may).
+  reviewer revokes a rule they remembered (`store.rules.delete_rule` decides who may).
 - `/rules/new` and `/rules/{name}/edit` are the form. Its condition is checked as the admin
   types (`POST /rules/check`, an htmx fragment under the field) and the rule can be tried on
   the last calls before saving (`POST /rules/dry-run`). A form is saved to `/rules` (a new
@@ -513,7 +513,7 @@ def _changes(newer: StoredRule, older: StoredRule | None) -> str:
 
 @router.get("/rules/{name}/history")
 async def rule_history(request: Request, name: str, actor: ViewerPage, context: ContextDep) -> Response:
-    versions = await context.store.rule_versions(name)
+    versions = await context.store.rules.rule_versions(name)
     older: list[StoredRule | None] = [*versions[1:], None]
     lines = [
         VersionLine(rule, _changes(rule, previous), yaml.safe_dump(rule.spec.definition(), sort_keys=False))
@@ -537,7 +537,7 @@ async def rule_history(request: Request, name: str, actor: ViewerPage, context: 
 
 async def _events(store: Store, name: str) -> list[tuple[AuditEvent, Any]]:
     """The rule's audit events, newest first, each with the version it wrote."""
-    page = await store.audit_events(subject_id=name, limit=500)
+    page = await store.audit.audit_events(subject_id=name, limit=500)
     return [
         (event, event.details.get("version") if isinstance(event.details, dict) else None)
         for event in page.items

@@ -105,7 +105,7 @@ async def on_view_submission(context: AppContext, slack: SlackSettings, payload:
     if reviewer.actor is None:
         return _field_error(f"Nothing was decided: {reviewer.problem}.")
     try:
-        call = await context.store.get_call(shown.call_id)
+        call = await context.store.calls.get_call(shown.call_id)
     except NotFound:
         return _field_error("This call no longer exists.")
     if call.status in OPEN_CALL_STATUSES and call.current_digest != shown.digest:
@@ -141,7 +141,7 @@ def _conflict_sentence(exc: Conflict, actor: Actor) -> str:
 async def _open_deny_modal(context: AppContext, api: SlackApi, click: _Click, shown: ShownCall, later: Later) -> None:
     """The reason modal, at once (the trigger works for 3 s); a call already decided gets a sentence instead."""
     try:
-        call = await context.store.get_call(shown.call_id)
+        call = await context.store.calls.get_call(shown.call_id)
     except NotFound:
         _tell(later, api, click, "This call no longer exists.")
         return

@@ -44,7 +44,7 @@ async def link_page(request: Request, actor: ViewerPage, context: ContextDep, to
     found = _read(request, context.settings.secret_key, token)
     if isinstance(found, Response):
         return found
-    user = await context.store.get_user(actor.id)
+    user = await context.store.people.get_user(actor.id)
     return render(
         request,
         "slack_link.html",

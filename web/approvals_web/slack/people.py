@@ -53,7 +53,7 @@ class Reviewer:
 
 async def reviewer_for(store: Store, api: SlackApi, slack_user_id: str) -> Reviewer:
     """The inbox user `slack_user_id` acts as: by an explicit link, else by Slack's confirmed e-mail."""
-    user = await store.user_by_slack_id(slack_user_id)
+    user = await store.people.user_by_slack_id(slack_user_id)
     if user is None:
         try:
             info = await api.user_info(slack_user_id)
@@ -62,7 +62,7 @@ async def reviewer_for(store: Store, api: SlackApi, slack_user_id: str) -> Revie
             info = {}
         email = (info.get("profile") or {}).get("email")
         if email and info.get("is_email_confirmed") is True and not info.get("deleted"):
-            user = await store.user_by_email(str(email))
+            user = await store.people.user_by_email(str(email))
     if user is None:
         problem = "your Slack account is not linked to a user of the approvals inbox"
         return Reviewer(None, problem, linkable=True)

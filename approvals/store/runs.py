@@ -1,4 +1,5 @@
-"""A run's life in the store: start, claim, execute approved calls, append steps, pause, finish.
+"""Runs: a run's life in the store (start, claim, execute approved calls, append steps, pause, finish,
+cancel) and its reads. `Runs` is the aggregate (`Store.runs`).
 
 Each method is one transaction. A worker holds a run through a lease (owner + expiry); every
 write a worker makes checks it still holds the lease, so a worker that stalled past its
@@ -10,21 +11,27 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 
 from .. import tracing
 from ..calls.actors import Actor
 from ..calls.states import CallStatus, RunStatus
+from ..calls.stored_history import load_stored_history
 from ..calls.tools import DeferredToolRequests
-from ..exceptions import Conflict, Forbidden
+from ..exceptions import Conflict, Forbidden, NotFound
 from . import run_cancel
+from ._base import StoreBase
 from .audit import run_event
-from .claims import Claim, ClaimedRun, ModelMessage
-from .models import RunRow
-from .paused_runs import paused_write
-from .policy_rules import PolicyEvaluation
+from .backends.database import Database
+from .backends.notify import Notifier
+from .claims import Claim, ClaimedRun, ModelMessage, StaleLeaseCheck
+from .models import STORED_TEXT, MessageRow, RunRow
+from .paused_runs import PausedRun, insert_paused_run, paused_write
+from .policy_evaluation import PolicyEvaluation
+from .queries import MAX_PAGE, Page, decode_cursor, encode_cursor, page_of
 from .run_plan import (
     Interrupted,
     RulesChanged,
@@ -46,8 +53,31 @@ def _lease_end(seconds: float) -> dt.datetime:
     return utcnow() + dt.timedelta(seconds=seconds)
 
 
-class RunLifecycle(PolicyEvaluation):
-    """Writes that move a run through its statuses."""
+class Runs(StoreBase):
+    """Writes that move a run through its statuses, and reads of runs.
+
+    Given the store's one `PolicyEvaluation` (a pause lets the rules decide its calls first) and
+    the set of tool definitions this process stored, shared with `Calls`.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        notifier: Notifier | None = None,
+        *,
+        policy: PolicyEvaluation,
+        tool_versions: set[str] | None = None,
+    ) -> None:
+        super().__init__(db, notifier)
+        self.policy = policy
+        self._stored_tool_versions = tool_versions if tool_versions is not None else set()
+        """Tool definition versions this process stored or saw stored: a version's definition never changes."""
+        self._stale_leases = StaleLeaseCheck()
+        """When (monotonic) a claim last looked for runs whose worker's lease expired."""
+
+    async def write_run(self, write: RunWrite) -> None:
+        """A worker's write to the run it holds, in one transaction: the same statements on both databases."""
+        self.notifier.publish(await self.backend.write_run(self.db, write, self._stored_tool_versions))
 
     async def start_run(
         self,
@@ -88,6 +118,16 @@ class RunLifecycle(PolicyEvaluation):
                 tx.announce(READY_CHANNEL, run_id)
                 tx.announce(RUNS_CHANNEL, run_id)
         return run_id
+
+    async def start_paused_run(self, run: PausedRun, *, actor: Actor) -> str:
+        """Store `run` waiting for people, in one transaction (`paused_runs`); returns its id."""
+        if not actor.can("reviewer"):
+            raise Forbidden(f"{actor.id!r} ({actor.role}) may not start runs")
+        outcomes = await self.policy.new_run_outcomes(
+            run.agent_name, run.requests, engine=run.engine, session=run.session_id or run.run_id, requester=actor.id
+        )
+        run = replace(run, outcomes=outcomes)
+        return await self.run_statements(lambda tx: insert_paused_run(tx, run, actor.id))
 
     async def claim(
         self,
@@ -173,8 +213,8 @@ class RunLifecycle(PolicyEvaluation):
         checks they are still the rules in force, so a pause costs no read of them.
         """
         for _ in range(5):  # the rules change rarely, and never five times while a run pauses
-            rule_set = await self.held_rules()
-            outcomes = await self.pause_outcomes(run_id, requests, rule_set)
+            rule_set = await self.policy.held_rules()
+            outcomes = await self.policy.pause_outcomes(run_id, requests, rule_set)
             write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes)
             write.messages = messages
             write.results = _results(results)
@@ -183,7 +223,7 @@ class RunLifecycle(PolicyEvaluation):
                 await self.write_run(write)
                 return
             except RulesChanged:
-                await self.rules_in_force()  # read them again, and decide the calls again
+                await self.policy.rules_in_force()  # read them again, and decide the calls again
         raise Conflict(f"Run {run_id!r}: the rules kept changing while it paused; it pauses at its next try")
 
     async def finish(
@@ -254,6 +294,42 @@ class RunLifecycle(PolicyEvaluation):
     async def retry_run(self, run_id: str, *, actor: Actor) -> None:
         """An admin sends a failed run back to the workers; it continues from its stored history."""
         await self.run_statements(lambda tx: run_cancel.retry_run(tx, run_id, actor))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def load_history(self, run_id: str) -> list[Any]:
+        """A run's whole message history, in order."""
+        async with self.db.read() as session:
+            rows = await session.execute(
+                select(STORED_TEXT, MessageRow.format_version)
+                .where(MessageRow.run_id == run_id)
+                .order_by(MessageRow.seq)
+            )
+            return load_stored_history((data, version) for data, version in rows)
+
+    async def get_run(self, run_id: str) -> RunRow:
+        async with self.db.read() as session:
+            run = await session.get(RunRow, run_id)
+            if run is None:
+                raise NotFound(f"No run {run_id!r}")
+            return run
+
+    async def list_runs(
+        self, *, status: str | None = None, agent_name: str | None = None, after: str | None = None, limit: int = 50
+    ) -> Page[RunRow]:
+        """Runs, newest first."""
+        limit = max(1, min(limit, MAX_PAGE))
+        query = select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit + 1)
+        if status:
+            query = query.where(RunRow.status == status)
+        if agent_name:
+            query = query.where(RunRow.agent_name == agent_name)
+        if after:
+            created_at, run_id = decode_cursor(after, [dt.datetime, str])
+            query = query.where(tuple_(RunRow.created_at, RunRow.id) < tuple_(created_at, run_id))
+        async with self.db.read() as session:
+            rows = list((await session.scalars(query)).all())
+        return page_of(rows, limit, lambda r: encode_cursor(r.created_at, r.id))
 
 
 def _results(results: CallOutcomes | None) -> dict[str, tuple[str, Any]]:

@@ -2,7 +2,7 @@
 
 The statements and their plan, written once; each backend carries them out (`Backend.claim`):
 SQLite in one transaction on the `sqlite3` cursor (`claim_locked`), PostgreSQL leasing a ready
-run in a pipeline of three round trips and taking dead workers' runs the careful way.
+run in a pipeline of two round trips and taking dead workers' runs the careful way.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..calls.stored_history import load_stored_history
 from .audit import AuditEvent, call_event, run_event
 from .backend import Backend, WakeUps
 from .models import STORED_TEXT, MessageRow, RunRow, ToolCallRow
-from .run_plan import DecidedCall, ExecutedCall, HeldRun, utcnow
+from .run_plan import DecidedCall, HeldRun, utcnow
 from .run_sql import Rows, Step, Tx, in_list, in_list_params, move_steps, moved_calls, run_steps, started_events
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
@@ -88,40 +88,47 @@ def claim_history_from(ask: Claim, run: Claimable) -> int:
     return 0 if history_from > run.message_count else history_from  # it holds more: a restored database
 
 
-def claim_steps(run: Claimable, history_from: int, now: dt.datetime) -> list[Step]:
-    """What a claim reads of the run it leased, then the start of its approved calls; nothing for a new run.
+def start_steps(run_id: str | None, now: dt.datetime) -> list[Step]:
+    """What a claim reads of the calls of the run it leased, and the start of its approved calls.
 
-    The history from `history_from`, the verdicts the run has yet to act on; the approved
-    calls run next, so they are committed as executing (approvals used up) before any runs.
+    The verdicts the run has yet to act on; the approved calls run next, so they are committed
+    as executing (approvals used up) before any runs. They name the run by `run_id` and
+    `in_run`, which PostgreSQL's pipelined claim fills in from the lease in the server.
     """
-    if not run.message_count:  # a run that never ran has neither history nor calls
+    return [Step(DECIDED_CALLS, {"run_id": run_id}, returns=True), *move_steps(run_id, None, CallStatus.EXECUTING, now)]
+
+
+def history_steps(run: Claimable, history_from: int) -> list[Step]:
+    """The run's stored messages from `history_from`; nothing for a run that never ran."""
+    if not run.message_count:
         return []
-    return [
-        Step(MESSAGES_FROM, {"run_id": run.id, "seq": history_from}, returns=True),
-        Step(DECIDED_CALLS, {"run_id": run.id}, returns=True),
-        *move_steps(run.id, None, CallStatus.EXECUTING, now),
-    ]
+    return [Step(MESSAGES_FROM, {"run_id": run.id, "seq": history_from}, returns=True)]
 
 
-def claimed_run(
-    run: Claimable,
-    lease_expires_at: dt.datetime,
-    history_from: int,
-    worker_id: str,
-    now: dt.datetime,
-    results: Sequence[Rows],
-) -> tuple[ClaimedRun, list[AuditEvent]]:
-    """The claimed run from the rows of its `claim_steps`, and the claim's audit events (resumed, calls started)."""
-    history: list[ModelMessage] = []
-    decided: dict[str, DecidedCall] = {}
-    started: list[ExecutedCall] = []
-    if results:
-        messages, calls, _, moved = results
-        history = load_stored_history((data, version) for data, version in messages)
-        decided = {call[1]: DecidedCall(*call) for call in calls}
-        started = moved_calls(moved, None)
+@dataclass(frozen=True)
+class ClaimRows:
+    """The rows a claim read: `start_steps`' (decided calls, then started ones) and `history_steps`'."""
+
+    decided: Rows
+    started: Rows
+    messages: Rows
+
+    @classmethod
+    def of(cls, start: Sequence[Rows], history: Sequence[Rows]) -> ClaimRows:
+        decided, _approvals, started = start
+        return cls(decided, started, history[0] if history else [])
+
+
+def claim_events(run: Claimable, worker_id: str, now: dt.datetime, started: Rows) -> list[AuditEvent]:
+    """A claim's audit events: the run resumed, and each approved call it started."""
     held = HeldRun(id=run.id, agent_name=run.agent_name, next_seq=run.message_count, worker_id=worker_id)
-    claimed = ClaimedRun(
+    resumed = run_event(worker_id, "run.resumed", run.id, run.agent_name, at=now)
+    return [resumed, *started_events(held, moved_calls(started, None), now)]
+
+
+def claimed_run(run: Claimable, lease_expires_at: dt.datetime, history_from: int, rows: ClaimRows) -> ClaimedRun:
+    """The claimed run from the rows its claim read."""
+    return ClaimedRun(
         run_id=run.id,
         agent_name=run.agent_name,
         prompt=run.prompt,
@@ -129,13 +136,11 @@ def claimed_run(
         message_count=run.message_count,
         lease_expires_at=lease_expires_at,
         trace_context=run.trace_context,
-        history=history,
+        history=load_stored_history((data, version) for data, version in rows.messages),
         history_from=history_from,
-        decided_calls=decided,
-        executing=frozenset(call.tool_call_id for call in started),
+        decided_calls={call[1]: DecidedCall(*call) for call in rows.decided},
+        executing=frozenset(call.tool_call_id for call in moved_calls(rows.started, None)),
     )
-    resumed = run_event(worker_id, "run.resumed", run.id, run.agent_name, at=now)
-    return claimed, [resumed, *started_events(held, started, now)]
 
 
 HANDED_BACK = object()
@@ -262,9 +267,10 @@ def claim_oldest(tx: Tx, ask: Claim) -> ClaimedRun | object | None:
         tx.session.execute(LEASE_RUN, lease)
     run = Claimable(*found)
     history_from = claim_history_from(ask, run)
-    results = run_steps(tx, claim_steps(run, history_from, now))
-    claimed, events = claimed_run(run, lease_end, history_from, ask.worker_id, now, results)
-    tx.events.extend(events)
+    start = run_steps(tx, start_steps(run.id, now))
+    rows = ClaimRows.of(start, run_steps(tx, history_steps(run, history_from)))
+    tx.events.extend(claim_events(run, ask.worker_id, now, rows.started))
+    claimed = claimed_run(run, lease_end, history_from, rows)
     tx.announce(RUNS_CHANNEL, run.id)
     return claimed
 

@@ -257,7 +257,9 @@ def run_steps(tx: Tx, steps: Iterable[Step]) -> list[Rows]:
     return results
 
 
-def move_steps(run_id: str, tool_call_ids: Sequence[str] | None, target: CallStatus, now: dt.datetime) -> list[Step]:
+def move_steps(
+    run_id: str | None, tool_call_ids: Sequence[str] | None, target: CallStatus, now: dt.datetime
+) -> list[Step]:
     """Start approved calls (`target` executing), or release executing ones (`target` approved): these, or all."""
     source = CallStatus.APPROVED if target == CallStatus.EXECUTING else CallStatus.EXECUTING
     wanted = None if tool_call_ids is None else list(dict.fromkeys(tool_call_ids))

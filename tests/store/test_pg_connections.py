@@ -125,7 +125,7 @@ def round_trips(trace: Path) -> int:
     return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and "\tSync" in line)
 
 
-async def test_a_worker_write_is_one_round_trip_and_a_claim_three(
+async def test_a_worker_write_is_one_round_trip_and_a_claim_two(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
@@ -142,14 +142,14 @@ async def test_a_worker_write_is_one_round_trip_and_a_claim_three(
         costs.append(round_trips(trace) - before)
         return result
 
-    claimed = await cost(store.runs.claim("w1", run_id=run_id))  # lease; read and start the approved call; audit
+    claimed = await cost(store.runs.claim("w1", run_id=run_id))  # lease, start the calls; history, audit, COMMIT
     assert isinstance(claimed, ClaimedRun) and claimed.executing
     step = [ModelResponse(parts=[TextPart(content="refunded")])]
     await cost(store.runs.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
     results = {call_id: (CallStatus.SUCCEEDED, "ok") for call_id in claimed.executing}
     await cost(store.runs.append_step(run_id, "w1", step, results=results))  # the server names the calls it settled
     await cost(store.runs.finish(run_id, "w1", step, output="done"))  # guards raise in the server: audited, one trip
-    assert costs == [3, 1, 1, 1]
+    assert costs == [2, 1, 1, 1]
     assert (await store.runs.get_run(run_id)).status == "completed"
     assert (await store.calls.get_call(ids["refund"])).status == "succeeded"
     assert (await store.audit.verify_audit()).ok

@@ -14,8 +14,9 @@ BEGIN and a COMMIT that are statements of the pipeline too:
   path raises. One that moves calls (starts, settles, releases them) sends its steps in
   one round trip, checks their rows in Python and makes the audit events from them, then
   the audit appends, the wake-ups and COMMIT in a second (ROLLBACK when a check failed);
-- a claim (`lifecycle._claim_pipelined`) leases the oldest ready run, then reads what the
-  worker needs and starts the approved calls, then audits and commits: three round trips;
+- a claim (`postgres_claim`) leases the oldest ready run, reads its calls and starts the
+  approved ones (the statements name the run the lease took in the server), then reads its
+  history, audits and commits: two round trips;
 - a decision (`backends.postgres_decisions`): two.
 
 The audit chain grows in the server on PostgreSQL, always: `chain_and_wake` (the statement

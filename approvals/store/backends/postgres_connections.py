@@ -1,6 +1,6 @@
 """PostgreSQL: pooled connections kept in autocommit mode between the hot path's calls.
 
-A claim, a worker's write or a decision is a pipeline of one to three round trips on a
+A claim, a worker's write or a decision is a pipeline of one or two round trips on a
 connection in autocommit mode, BEGIN and COMMIT among its statements (`backends.postgres`). Taking one
 from SQLAlchemy's pool, switching it to autocommit and back, and giving it back cost
 about a tenth of a millisecond per call, more under load. So a few connections stay

@@ -1,4 +1,4 @@
-"""Engines: the kinds of agent that ask for approvals, registered by name (see `base`).
+"""Engines: the kinds of agent that ask for approvals, registered by name (`approvals.calls.engines`).
 
 Resumable engines own a run loop our worker continues from stored history (our own agent
 framework, pydantic-ai), through the seam in `seam` (what a new engine's author writes is
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from .base import (
+from ..calls.engines import (
     Engine,
     EngineKind,
     HistoryCodec,

@@ -51,7 +51,7 @@ from ..calls.states import CallStatus
 from ..calls.tools import ArgsValidator, DeferredToolRequests
 from ..calls.verdicts import Verdict
 from ..exceptions import UserError
-from .base import Engine, EngineKind, HistoryCodec
+from ..calls.engines import Engine, EngineKind, HistoryCodec
 
 __all__ = (
     "CallOutcomes",
@@ -68,6 +68,7 @@ __all__ = (
     "StateKind",
     "Tally",
     "Turn",
+    "TurnEnd",
     "history_codec",
     "resumable",
 )
@@ -176,27 +177,29 @@ class Turn:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Paused:
-    """The run waits for people on `requests`."""
+class TurnEnd:
+    """The run's state at the end of a turn, in the engine's `StateKind`: what the worker stores."""
 
-    requests: DeferredToolRequests
     messages: list[Any] = field(default_factory=list)
     """`StateKind.HISTORY`: the whole history, the stored messages first."""
-    tally: Tally | None = None
-    """`StateKind.HISTORY`: the totals of `messages`, for the worker to hold for the next turn."""
     snapshot: Snapshot | None = None
     checkpoint: CheckpointRef | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class Completed:
+class Paused(TurnEnd):
+    """The run waits for people on `requests`."""
+
+    requests: DeferredToolRequests
+    tally: Tally | None = None
+    """`StateKind.HISTORY`: the totals of `messages`, for the worker to hold for the next turn."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed(TurnEnd):
     """The run ended with `output` (JSON-compatible data)."""
 
     output: Any
-    messages: list[Any] = field(default_factory=list)
-    """`StateKind.HISTORY`: the whole history, the stored messages first."""
-    snapshot: Snapshot | None = None
-    checkpoint: CheckpointRef | None = None
 
 
 RunEnd: TypeAlias = Paused | Completed

@@ -74,6 +74,21 @@ class Transaction(Generic[SessionT]):
         )
 
 
+def statements_in_one_transaction(
+    backend: Backend, body: Callable[[Transaction[Connection]], T]
+) -> Callable[[Connection], tuple[Transaction[Connection], T]]:
+    """`body` over a connection whose transaction the backend ends (`end_statements`): each backend's
+    `run_statements` runs this where its connection is (SQLite: the direct executor's thread)."""
+
+    def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
+        tx = Transaction(connection, backend)
+        result = body(tx)
+        backend.end_statements(tx)
+        return tx, result
+
+    return whole
+
+
 class Backend(Protocol):
     """Everything one database does its own way. Each method says the difference it holds."""
 

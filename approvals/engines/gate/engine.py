@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import EngineKind, HistoryCodec
+from ...calls.engines import EngineKind, HistoryCodec
 
 __all__ = ("API_ENGINES", "HOOK_ENGINES", "MCP_ENGINE", "GateEngine", "engine")
 

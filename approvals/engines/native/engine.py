@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..base import HistoryCodec
+from ...calls.engines import HistoryCodec
 from ..history_engine import FunctionCodec, HistoryEngine
 from . import messages
 from .agent import Agent

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pydantic_ai
 
-from ..base import HistoryCodec
+from ...calls.engines import HistoryCodec
 from ..history_engine import FunctionCodec, HistoryEngine
 from . import _history
 from ._history import PYDANTIC_AI_FORMAT

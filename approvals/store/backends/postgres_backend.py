@@ -31,7 +31,7 @@ from ..._outage import Outage
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ..audit import AuditEvent
-from ..backend import SelectT, Transaction
+from ..backend import SelectT, Transaction, statements_in_one_transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck
 from ..decision_rules import Decided
 from ..errors import describe
@@ -97,12 +97,7 @@ class PostgresBackend:
     async def run_statements(
         self, db: Database, body: Callable[[Transaction[Connection]], T]
     ) -> tuple[Transaction[Connection], T]:
-        def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
-            tx = Transaction(connection, self)
-            result = body(tx)
-            self.end_statements(tx)
-            return tx, result
-
+        whole = statements_in_one_transaction(self, body)
         async with db.write() as session:
             return await session.run_sync(lambda sync_session: whole(sync_session.connection()))
 

@@ -22,7 +22,7 @@ from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from .._decision_sql import decide_statements
 from ..audit import write_chained
-from ..backend import SelectT, Transaction
+from ..backend import SelectT, Transaction, statements_in_one_transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck, claim_locked
 from ..decision_rules import Decided
 from ..run_sql import apply_write
@@ -80,13 +80,7 @@ class SQLiteBackend:
     async def run_statements(
         self, db: Database, body: Callable[[Transaction[Connection]], T]
     ) -> tuple[Transaction[Connection], T]:
-        def whole(connection: Connection) -> tuple[Transaction[Connection], T]:
-            tx = Transaction(connection, self)
-            result = body(tx)
-            self.end_statements(tx)
-            return tx, result
-
-        return await db.write_statements(whole)
+        return await db.write_statements(statements_in_one_transaction(self, body))
 
     async def write_run(self, db: Database, write: RunWrite, stored_tool_versions: set[str]) -> WakeUps:
         tx, _ = await self.run_statements(db, lambda tx: apply_write(tx, write, stored_tool_versions))

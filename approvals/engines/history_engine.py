@@ -18,8 +18,8 @@ from typing import Any, Protocol, cast
 
 import pydantic_core
 
-from ..calls.tools import ArgsValidator, DeferredToolRequests
 from ..calls.engines import EngineKind, HistoryCodec
+from ..calls.tools import ArgsValidator, DeferredToolRequests
 from .history import call_outcomes, pending_tool_calls, since_last_response
 from .native.agent import AgentRunResult
 from .native.deferred import DeferredToolResults, results_from_verdicts

@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeAlias, cast
 
+from ..calls.engines import Engine, EngineKind, HistoryCodec
 from ..calls.states import CallStatus
 from ..calls.tools import ArgsValidator, DeferredToolRequests
 from ..calls.verdicts import Verdict
 from ..exceptions import UserError
-from ..calls.engines import Engine, EngineKind, HistoryCodec
 
 __all__ = (
     "CallOutcomes",

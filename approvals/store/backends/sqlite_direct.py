@@ -21,6 +21,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.selectable import ReturnsRows
 
 Processor = Callable[[Any], Any] | None
 _CACHE_SIZE = 500
@@ -184,9 +185,9 @@ def _compile(dialect: Dialect, statement: Any, given: Mapping[str, Any]) -> _Com
     row: Any = None
     results: tuple[Processor, ...] = ()
     if compiled.returning or not isinstance(statement, UpdateBase):
-        result_columns = compiled._result_columns  # the columns as SQLAlchemy reads them
-        row = cast(Any, namedtuple)("Row", [entry[0] for entry in result_columns], rename=True)
-        results = tuple(entry[3].dialect_impl(dialect).result_processor(dialect, None) for entry in result_columns)
+        returned = cast(ReturnsRows, statement).exported_columns  # what it selects, or returns
+        row = cast(Any, namedtuple)("Row", list(returned.keys()), rename=True)
+        results = tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in returned)
     processors = tuple(binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names)
     expanding = tuple(binds[name].expanding for name in names)
     result = _Compiled(

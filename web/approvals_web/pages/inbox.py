@@ -26,11 +26,11 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import Response
 
 from approvals.calls.actors import Actor
+from approvals.calls.engines import EngineKind, get_engine
 from approvals.calls.options import CallOptions, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.tools import ToolDefinition
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
-from approvals.calls.engines import EngineKind, get_engine
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.policy import Kind, StoredRule
 from approvals.service import Call, Decision, Run

@@ -36,6 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..calls import clock
 from ..calls.states import APPROVAL_VERDICTS, OPEN_CALL_STATUSES, CallStatus, Role, RunStatus
 
 E = TypeVar("E", bound=StrEnum)
@@ -100,7 +101,8 @@ class StatusText(TypeDecorator[E], Generic[E]):
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    """Now, on the clock in use (`approvals.calls.clock`)."""
+    return clock.now()
 
 
 class Base(DeclarativeBase):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..calls import clock
 from ..calls.stored_history import dump_stored, stored_format
 from ..calls.tools import DeferredToolCall, ToolDefinition
 from ..exceptions import LeaseLost, NotFound
@@ -25,7 +26,8 @@ from ..policy.outcomes import call_columns
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    """Now, on the clock in use (`approvals.calls.clock`)."""
+    return clock.now()
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-import anyio
 import pytest
 from sqlalchemy import select
 
-from approvals.calls import CallRequest, validate_request
+from approvals.calls import CallRequest, clock, validate_request
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Approve, Deny
 from approvals.exceptions import Conflict, Forbidden, NotFound, UserError
@@ -238,8 +237,9 @@ async def test_a_remembered_rule_stops_at_its_expiry(store: Store) -> None:
     same = await ask(store, "send_email", {"to": "a@example.com"}, session="another")
     assert same.status == CallStatus.APPROVED  # agent scope: any session
     assert (await ask(store, "send_email", {"to": "b@example.com"})).status == CallStatus.PENDING  # all args pinned
-    await anyio.sleep(1.1)
-    later = await ask(store, "send_email", {"to": "a@example.com"}, session="third")
+    with clock.using(clock.SkippingClock()) as skipping:
+        skipping.advance(1.1)  # the rule's second is over
+        later = await ask(store, "send_email", {"to": "a@example.com"}, session="third")
     assert later.status == CallStatus.PENDING and later.rule_name is None
 
 

@@ -7,13 +7,13 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import anyio
 import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals import Conflict
+from approvals.calls import clock
 from approvals.calls.canonical import canonical_json
 from approvals.calls.verdicts import Approve, Deny
 from approvals.engines.native.messages import ModelResponse, TextPart
@@ -182,13 +182,14 @@ async def test_claims_look_for_dead_workers_runs_at_most_once_a_second_while_run
         assert (await dead_worker.runs.claim("dead-worker", run_id=run_id, lease_seconds=0.1)) is not None
         stale.append(run_id)
     ready = await store.runs.start_run("mailer", "mail", actor=SERVICE)
-    await anyio.sleep(0.2)  # the dead worker's leases run out
+    with clock.using(clock.SkippingClock()) as skipping:
+        skipping.advance(0.2)  # the dead worker's leases run out
 
-    first = await store.runs.claim("w1")  # this store never looked: the oldest dead worker's run comes first
-    second = await store.runs.claim("w1")  # it looked under a second ago: a ready run goes first
-    third = await store.runs.claim("w1")  # nothing ready: it looks again
-    assert [c.run_id if c else None for c in (first, second, third)] == [stale[0], ready, stale[1]]
-    assert await store.runs.claim("w1") is None
+        first = await store.runs.claim("w1")  # this store never looked: the oldest dead worker's run comes first
+        second = await store.runs.claim("w1")  # it looked under a second ago: a ready run goes first
+        third = await store.runs.claim("w1")  # nothing ready: it looks again
+        assert [c.run_id if c else None for c in (first, second, third)] == [stale[0], ready, stale[1]]
+        assert await store.runs.claim("w1") is None
 
 
 async def test_sqlite_claims_take_the_oldest_claimable_run_first_ready_or_a_dead_workers(store: Store) -> None:
@@ -199,18 +200,19 @@ async def test_sqlite_claims_take_the_oldest_claimable_run_first_ready_or_a_dead
     ready_first = await store.runs.start_run("mailer", "mail", actor=SERVICE)
     stale = await store.runs.start_run("mailer", "mail", actor=SERVICE)
     assert (await dead_worker.runs.claim("dead-worker", run_id=stale, lease_seconds=0.1)) is not None
-    await anyio.sleep(0.2)  # its lease runs out; leasing it made it newer than `ready_first`
-    ready_last = await store.runs.start_run("mailer", "mail", actor=SERVICE)
+    with clock.using(clock.SkippingClock()) as skipping:
+        skipping.advance(0.2)  # its lease runs out; leasing it made it newer than `ready_first`
+        ready_last = await store.runs.start_run("mailer", "mail", actor=SERVICE)
 
-    claims = [await store.runs.claim("w1") for _ in range(4)]
-    assert [c.run_id if c else None for c in claims] == [ready_first, stale, ready_last, None]
-    recovered = await store.runs.get_run(stale)
-    assert (recovered.status, recovered.lease_owner) == ("resuming", "w1")
-    events = (await store.audit.audit_events(run_id=stale, newest_first=False)).items
-    assert [(e.action, e.actor) for e in events if e.action == "run.resumed"] == [
-        ("run.resumed", "dead-worker"),
-        ("run.resumed", "w1"),
-    ]
+        claims = [await store.runs.claim("w1") for _ in range(4)]
+        assert [c.run_id if c else None for c in claims] == [ready_first, stale, ready_last, None]
+        recovered = await store.runs.get_run(stale)
+        assert (recovered.status, recovered.lease_owner) == ("resuming", "w1")
+        events = (await store.audit.audit_events(run_id=stale, newest_first=False)).items
+        assert [(e.action, e.actor) for e in events if e.action == "run.resumed"] == [
+            ("run.resumed", "dead-worker"),
+            ("run.resumed", "w1"),
+        ]
 
 
 async def test_a_claim_sends_only_the_messages_a_worker_lacks(store: Store) -> None:

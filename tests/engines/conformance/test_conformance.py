@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-import anyio
 import pytest
 
 from approvals import InvalidEdit
+from approvals.calls import clock
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
 from approvals.engines.view import ToolCallPart, ToolDeniedPart, ToolReturnPart
@@ -225,17 +225,20 @@ async def test_a_worker_killed_between_running_a_call_and_storing_its_result_nev
     assert driver.logged() == ["refund A-1 5"]
     assert (await driver.store.calls.get_call(call.id)).status == CallStatus.EXECUTING
 
-    await anyio.sleep(LEASE + 0.1)  # the dead worker's lease runs out
-    assert await driver.worker("rescuer").resume() is None  # nothing safe to run
-    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.OUTCOME_UNKNOWN  # for a person to settle
-    assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL
+    with clock.using(clock.SkippingClock()) as later:
+        later.advance(LEASE + 0.1)  # the dead worker's lease runs out
+        assert await driver.worker("rescuer").resume() is None  # nothing safe to run
+        assert (
+            await driver.store.calls.get_call(call.id)
+        ).status == CallStatus.OUTCOME_UNKNOWN  # for a person to settle
+        assert (await driver.run(run_id)).status == RunStatus.AWAITING_APPROVAL
 
-    await driver.store.calls.decide(call.id, Answer(content="Refund confirmed by the bank."), actor=BOB)
-    assert await driver.resume() == run_id
-    assert await driver.told(run_id) == [Told("result", "refund", "Refund confirmed by the bank.")]
-    assert driver.logged() == ["refund A-1 5"]  # never called a second time
-    actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
-    assert "call.outcome_unknown" in actions
+        await driver.store.calls.decide(call.id, Answer(content="Refund confirmed by the bank."), actor=BOB)
+        assert await driver.resume() == run_id
+        assert await driver.told(run_id) == [Told("result", "refund", "Refund confirmed by the bank.")]
+        assert driver.logged() == ["refund A-1 5"]  # never called a second time
+        actions = [e.action for e in (await driver.store.audit.audit_events(run_id=run_id, newest_first=False)).items]
+        assert "call.outcome_unknown" in actions
 
 
 async def test_the_run_pages_view_of_the_history_lists_each_call_and_its_outcome(driver: Driver) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from .calls import clock
 from .calls.actors import TOKEN_SCOPES
 
 if TYPE_CHECKING:
@@ -741,7 +742,7 @@ def rules_list(
 
     async def listed(store: Store) -> tuple[list[StoredRule], dict[str, list[str]]]:
         rules = await store.rules.list_rules()
-        flags = rule_flags(rules, now=dt.datetime.now(dt.UTC), groups_with_members=await store.people.group_names())
+        flags = rule_flags(rules, now=clock.now(), groups_with_members=await store.people.group_names())
         return [rule for rule in rules if kind is None or rule.kind.value == kind.value], flags
 
     rules, flags = with_store(settings.database_url, listed)

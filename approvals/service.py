@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from typing_extensions import TypeVarTuple
 
 from . import tracing
-from .calls import CallRequest, validate_request, validate_with_schema
+from .calls import CallRequest, clock, validate_request, validate_with_schema
 from .calls.bounded_jsonschema import TooCostly, quick_pass
 from .calls.canonical import digest
 from .calls.options import CallOptions, CallRefusal
@@ -301,7 +301,7 @@ class ApprovalService:
         except NotFound:
             return EmailLinkRefused(problem=LinkProblem.UNKNOWN, link=link)
         refused = partial(EmailLinkRefused, link=link, call=call)
-        problem = link_problem(link, now or dt.datetime.now(dt.UTC))
+        problem = link_problem(link, now or clock.now())
         if problem is not None:
             return refused(problem=problem)
         try:
@@ -396,7 +396,7 @@ class ApprovalService:
         """Every rule in force with its flags, judged against the groups that have members."""
         rules = await self.store.rules.list_rules()
         members = await self.store.people.group_names()
-        flags = rule_flags(rules, now=now or dt.datetime.now(dt.UTC), groups_with_members=members)
+        flags = rule_flags(rules, now=now or clock.now(), groups_with_members=members)
         return [FlaggedRule(rule=rule, flags=flags.get(rule.name, [])) for rule in rules]
 
     async def rule_flags(self, name: str, *, now: dt.datetime | None = None) -> list[str]:

@@ -43,6 +43,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .._outage import Outage
+from ..calls import clock
 from ..exceptions import LeaseLost
 from ..store import PENDING_CHANNEL, RUNS_CHANNEL, Store
 from ..store.errors import describe, is_transient
@@ -434,10 +435,10 @@ class _Destination:
             logger.debug("%s: cursor for %s not checked; the database is still unreachable", self.kind, self.site)
 
     def _reached_database(self) -> None:
-        self.health.last_contact = dt.datetime.now(dt.UTC)
+        self.health.last_contact = clock.now()
 
     def _delivered(self, event_id: int, *, counted: bool = True) -> None:
-        now = dt.datetime.now(dt.UTC)
+        now = clock.now()
         health = self.health
         health.state, health.failures, health.last_event_id, health.last_contact = "delivering", 0, event_id, now
         if counted:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ..calls import clock
 from ..calls.canonical import canonical_json, legacy_canonical_json
 from .models import AuditEventRow
 
@@ -71,7 +72,7 @@ class AuditEvent:
     agent_name: str | None = None
     tool_name: str | None = None
     details: dict[str, Any] | None = None
-    at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    at: dt.datetime = field(default_factory=lambda: clock.now())
 
 
 class _CallNames(Protocol):
@@ -100,7 +101,7 @@ def call_event(
         agent_name=call.agent_name,
         tool_name=call.tool_name,
         details=details,
-        at=at or dt.datetime.now(dt.UTC),
+        at=at or clock.now(),
     )
 
 
@@ -122,7 +123,7 @@ def run_event(
         run_id=run_id,
         agent_name=agent_name,
         details=details,
-        at=at or dt.datetime.now(dt.UTC),
+        at=at or clock.now(),
     )
 
 

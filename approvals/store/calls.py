@@ -33,11 +33,11 @@ from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import AskedCall, Outcome
 from ..policy.outcomes import call_columns, decided_details, rule_decision
-from ._decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .audit import call_event, run_event
 from .backend import Backend
 from .backends.database import Database
 from .backends.notify import Notifier
+from .decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
 from .policy_evaluation import PolicyEvaluation

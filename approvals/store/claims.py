@@ -36,7 +36,7 @@ STALE_LEASE_CHECK_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Claim:
-    """What a worker asks of a claim (`RunLifecycle.claim`'s arguments)."""
+    """What a worker asks of a claim (`Runs.claim`'s arguments)."""
 
     worker_id: str
     lease_seconds: float

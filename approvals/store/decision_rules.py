@@ -3,7 +3,7 @@
 `plan_decision` reads `CallFacts` (the call and its run, locked) and returns a
 `DecisionPlan` (the rows to write, the audit events, the wake-ups) or refuses with a
 reason. It touches no database: `decisions` carries a plan out on SQLite and PostgreSQL
-with the same statements (`_decision_sql`).
+with the same statements (`decision_sql`).
 
 Approvals are bound to the digest of the arguments they approved; with a quorum, only
 approvals of the current arguments count, and an edit starts the count again for the

@@ -1,7 +1,7 @@
 """Reviewers' verdicts on pending calls, and expiry of calls nobody decided in time.
 
 A decision has one implementation: the rules in `decision_rules.plan_decision`, the statements
-in `_decision_sql`. Each backend carries them out (`Backend.decide`): on SQLite as one transaction
+in `decision_sql`. Each backend carries them out (`Backend.decide`): on SQLite as one transaction
 in one worker-thread hop; on PostgreSQL through psycopg in a pipeline of two round trips
 (`backends.postgres_decisions`). Either way
 the call's run is locked, then the call, so of two reviewers deciding at once exactly
@@ -18,9 +18,9 @@ from ..calls.actors import SYSTEM, Actor
 from ..calls.states import CallStatus
 from ..calls.verdicts import Verdict
 from ._base import StoreBase
-from ._decision_sql import update_call
 from .audit import call_event
 from .decision_rules import Decided, check_verdict, settled
+from .decision_sql import update_call
 from .models import RunRow, ToolCallRow
 from .run_plan import utcnow
 from .run_sql import Tx, ready_if_decided

@@ -27,9 +27,9 @@ from ..calls.states import CallStatus
 from ..policy.follow_ups import Step
 from ..policy.rules import Effect, Kind, RuleSpec
 from ._base import StoreBase
-from ._decision_sql import LOCK_RUN
 from .audit import call_event
 from .backend import Backend
+from .decision_sql import LOCK_RUN
 from .models import AuditEventRow, CallFollowUpRow, PolicyRuleRow, ToolCallRow
 from .run_plan import utcnow
 from .run_sql import Tx

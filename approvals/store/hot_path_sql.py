@@ -1,8 +1,8 @@
 """PostgreSQL's SQL functions: the server's half of the audit chain, and the released files migrations install.
 
 The hot path is SQLAlchemy Core statements that both databases run (`run_sql`,
-`_decision_sql`, `lifecycle`); PostgreSQL pipelines them. What it still does in functions
-is extend the audit chain, as the last statement before COMMIT (`_decision_sql.audit_and_wake`),
+`decision_sql`, `lifecycle`); PostgreSQL pipelines them. What it still does in functions
+is extend the audit chain, as the last statement before COMMIT (`decision_sql.audit_and_wake`),
 and refuse a worker's write whose guard did not hold (`approvals_require_v4`, version 4), so its
 audit appends and COMMIT go in the pipeline of its statements:
 `approvals_audit_head_v2` takes the chain's lock and reads its head, `approvals_audit_append_v2`

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, select
 
+from ..calls import clock
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import OPEN_CALL_STATUSES, CallStatus
 from .backends.database import Database
@@ -85,7 +86,7 @@ def _histogram(row: Sequence[Any]) -> Histogram:
 
 async def read_metrics(db: Database, gate_engines: Iterable[str], now: dt.datetime | None = None) -> MetricsSnapshot:
     """One scrape's numbers; `gate_engines`: the engines whose runs are gates (the core does not list them)."""
-    now = now or dt.datetime.now(dt.UTC)
+    now = now or clock.now()
     between = db.backend.seconds_between  # `end - start` in seconds, in each database's own words
     calls = ToolCallRow
     waited = between(calls.created_at, calls.decided_at)

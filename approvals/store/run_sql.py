@@ -14,7 +14,7 @@ results, a pause, a finish) needs no row for its events but the run's agent
 (`WriteSteps.audited_unseen`): PostgreSQL sends it whole, its guards raising in the server.
 
 The claim's reads and its start of the approved calls are steps of the same kind
-(`lifecycle._claim_steps`); the few writes other operations share are here too (holding a
+(`claims`); the few writes other operations share are here too (holding a
 run, a paused run moving on once its calls are decided).
 """
 

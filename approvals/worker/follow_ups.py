@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 
 from .._outage import Outage
+from ..calls import clock
 from ..channels.settings import FollowUpDefaults
 from ..policy.follow_ups import FollowUpPlan, Step, follow_up_plan
 from ..policy.rules import RuleSpec
@@ -112,7 +113,7 @@ class Plans:
 
 async def scan_follow_ups(store: Store, plans: Plans, *, now: dt.datetime | None = None) -> FollowUpScan:
     """Make every reminder and escalation due at `now` (default: the current time)."""
-    now = now or dt.datetime.now(dt.UTC)
+    now = now or clock.now()
     plans.update(await store.outbound.follow_up_rules())
     return FollowUpScan(reminded=await _remind(store, plans, now), escalated=await _escalate(store, plans, now))
 
@@ -171,7 +172,7 @@ async def run_follow_ups(
         try:
             scan = await scan_follow_ups(store, plans)
             outage.succeeded()
-            health.last_scan, health.outage = dt.datetime.now(dt.UTC), False
+            health.last_scan, health.outage = clock.now(), False
             health.reminded += len(scan.reminded)
             health.escalated += len(scan.escalated)
             if scan.reminded or scan.escalated:

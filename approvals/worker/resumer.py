@@ -36,6 +36,7 @@ import anyio
 
 from .. import tracing
 from .._outage import Outage
+from ..calls import clock
 from ..calls.states import CallStatus, RunStatus
 from ..calls.tools import DeferredToolRequests
 from ..calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
@@ -92,7 +93,7 @@ class WorkerHealth:
     """Its last attempt to reach the database failed."""
 
     def reached_database(self, *, claimed: bool = False) -> None:
-        now = dt.datetime.now(dt.UTC)
+        now = clock.now()
         self.last_contact = now
         self.outage = False
         if claimed:
@@ -627,7 +628,7 @@ async def _idle_wait(store: Store, registry: AgentRegistry, poll_interval: float
         return poll_interval
     if ends.tzinfo is None:
         ends = ends.replace(tzinfo=dt.UTC)
-    until = (ends - dt.datetime.now(dt.UTC)).total_seconds() + 0.05
+    until = (ends - clock.now()).total_seconds() + 0.05
     return max(0.05, min(poll_interval, until))
 
 

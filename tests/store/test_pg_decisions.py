@@ -27,11 +27,11 @@ from approvals import Conflict, NotFound
 from approvals.calls.states import CallStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from approvals.store import Actor, Database, Store
-from approvals.store._decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, loaded_call
 from approvals.store.backends import postgres_decisions
 from approvals.store.backends.postgres import pooled_connection
 from approvals.store.backends.postgres_decisions import pg_decide
 from approvals.store.backends.postgres_statements import positional
+from approvals.store.decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, loaded_call
 from approvals.store.migrate import upgrade
 from approvals.store.models import ToolCallRow
 from approvals.store.run_sql import Tx

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from approvals import Agent, LeaseLost, RunContext, Tool, UsageLimits
+from approvals.calls import clock
 from approvals.calls.states import CallStatus
 from approvals.calls.verdicts import Answer, Approve, Deny
 from approvals.engines.native.deferred import DeferredToolRequests
@@ -114,20 +115,21 @@ async def test_a_worker_that_lost_its_lease_cannot_write(store: Store, tmp_path:
     run_id = await store.runs.start_run("shop", "go", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     claimed = await store.runs.claim("slow-worker", lease_seconds=0.2)
     assert claimed is not None and claimed.run_id == run_id
-    await anyio.sleep(0.3)
-    assert await store.runs.claim("fast-worker", lease_seconds=60) is not None
-    late = [ModelRequest(parts=[UserPromptPart(content="late")])]
-    with pytest.raises(LeaseLost):
-        await store.runs.append_step(run_id, "slow-worker", late)
-    with pytest.raises(LeaseLost):
-        await store.runs.mark_executing(run_id, "slow-worker", ["call-1"])
-    with pytest.raises(LeaseLost):
-        await store.runs.pause(run_id, "slow-worker", late, DeferredToolRequests())
-    with pytest.raises(LeaseLost):
-        await store.runs.finish(run_id, "slow-worker", late, output="late")
-    assert await store.runs.load_history(run_id) == []  # nothing the slow worker sent was kept
-    assert (await store.runs.get_run(run_id)).lease_owner == "fast-worker"
-    assert connections_in_use(store) == 0
+    with clock.using(clock.SkippingClock()) as skipping:
+        skipping.advance(0.3)  # the slow worker's lease runs out
+        assert await store.runs.claim("fast-worker", lease_seconds=60) is not None
+        late = [ModelRequest(parts=[UserPromptPart(content="late")])]
+        with pytest.raises(LeaseLost):
+            await store.runs.append_step(run_id, "slow-worker", late)
+        with pytest.raises(LeaseLost):
+            await store.runs.mark_executing(run_id, "slow-worker", ["call-1"])
+        with pytest.raises(LeaseLost):
+            await store.runs.pause(run_id, "slow-worker", late, DeferredToolRequests())
+        with pytest.raises(LeaseLost):
+            await store.runs.finish(run_id, "slow-worker", late, output="late")
+        assert await store.runs.load_history(run_id) == []  # nothing the slow worker sent was kept
+        assert (await store.runs.get_run(run_id)).lease_owner == "fast-worker"
+        assert connections_in_use(store) == 0
 
 
 async def test_an_admin_cancels_a_run_a_worker_holds_and_every_later_write_of_the_worker_is_refused(

@@ -22,10 +22,10 @@ from approvals.calls.states import RunStatus
 from approvals.calls.verdicts import Approve, Deny
 from approvals.engines.native.messages import ModelResponse, TextPart
 from approvals.store import Actor, Database, Store, claims
-from approvals.store._decision_sql import decide_statements
 from approvals.store.audit import write_chained
 from approvals.store.backend import Transaction
 from approvals.store.claims import Claim, claim_oldest
+from approvals.store.decision_sql import decide_statements
 from approvals.store.migrate import upgrade
 from approvals.store.models import RunRow
 from approvals.store.run_plan import RunEvent, RunWrite

@@ -21,6 +21,7 @@ import pydantic
 import pydantic_core
 from pydantic import Discriminator, TypeAdapter
 
+from ...calls import clock
 from ...exceptions import UserError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ MESSAGE_FORMAT_VERSION = 1
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    return clock.now()
 
 
 @dataclass(kw_only=True, slots=True)

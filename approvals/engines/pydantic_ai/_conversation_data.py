@@ -9,7 +9,6 @@ conversation's next state (`synced`).
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from pydantic_ai import messages as pai
 from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord
 from pydantic_ai.usage import RunUsage
 
+from ...calls import clock
 from ...calls.states import RunStatus
 from ...exceptions import UserError
 from ...store.conversations import ConversationData, ConversationSync, EntryData, RunNews
@@ -113,7 +113,7 @@ def synced(stored: ConversationData, news: RunNews) -> ConversationSync:
         stored,
         head_id=parent,
         revision=str(uuid.uuid4()),
-        updated_at=dt.datetime.now(dt.UTC),
+        updated_at=clock.now(),
         usage=_usage.dump_python(_usage_after(_usage.validate_python(stored.usage), messages), mode="json"),
         deferred_tool_requests=_waiting_after(stored, news, messages),
     )

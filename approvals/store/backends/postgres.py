@@ -20,7 +20,7 @@ BEGIN and a COMMIT that are statements of the pipeline too:
 - a decision (`backends.postgres_decisions`): two.
 
 The audit chain grows in the server on PostgreSQL, always: `chain_and_wake` (the statement
-`_decision_sql.audit_and_wake` builds) takes the chain's lock, reads the head and hashes
+`decision_sql.audit_and_wake` builds) takes the chain's lock, reads the head and hashes
 `prev_hash || content`, where `approvals_event_content_v2` builds the canonical JSON that
 `audit.event_content` builds (a test holds the two to the same bytes). Every transaction on
 PostgreSQL appends its events this way, this one and `StoreBase`'s alike, as the lock is held
@@ -48,8 +48,8 @@ from sqlalchemy.sql.selectable import HasCTE, Select
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 from sqlalchemy.util import greenlet_spawn
 
-from .._decision_sql import audit_and_wake_params
 from ..decision_rules import DecisionPlan
+from ..decision_sql import audit_and_wake_params
 from ..hot_path_sql import function_name
 from ..models import RunRow, ToolCallRow
 from ..run_plan import RulesChanged, RunWrite, lease_lost
@@ -114,7 +114,7 @@ def chain_and_wake(
 ) -> tuple[Executable, dict[str, Any]] | None:
     """The statement that appends `events` to the audit chain in the server and sends the wake-ups, if any.
 
-    It is `_decision_sql.audit_and_wake`, which decisions send: the one way the chain is
+    It is `decision_sql.audit_and_wake`, which decisions send: the one way the chain is
     extended on PostgreSQL.
     """
     if not events and not announcements:

@@ -8,7 +8,6 @@ round trips (`_lease_ready`); a run whose worker's lease ran out takes the caref
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -18,6 +17,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
+from ...calls import clock
 from ..backend import Backend
 from ..claims import (
     STALE_LEASE_CHECK_SECONDS,
@@ -56,7 +56,7 @@ async def pg_claim(backend: Backend, db: Database, ask: Claim, stale_leases: Sta
     `STALE_LEASE_CHECK_SECONDS`, and whenever no run is ready: the look scans every lease.
     """
     for _ in range(10):
-        checked = time.monotonic()
+        checked = clock.monotonic()
         recover = checked - stale_leases.checked_at >= STALE_LEASE_CHECK_SECONDS
         if recover:
             stale_leases.checked_at = checked

@@ -1,4 +1,4 @@
-"""PostgreSQL: a decision in two round trips, the statements of `_decision_sql` in a psycopg pipeline.
+"""PostgreSQL: a decision in two round trips, the statements of `decision_sql` in a psycopg pipeline.
 
 The first round trip begins the transaction, locks the run and the call and reads what
 the rules need; `plan_decision` then decides in Python; the second sends the writes, the
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ...exceptions import NotFound
-from .._decision_sql import (
+from ..decision_rules import Decided, plan_decision
+from ..decision_sql import (
     LOCK_CALL,
     LOCK_CALL_COLUMNS,
     LOCK_RUN,
@@ -27,7 +28,6 @@ from .._decision_sql import (
     call_facts,
     plan_write,
 )
-from ..decision_rules import Decided, plan_decision
 from .postgres import pooled_connection, roll_back
 from .postgres_statements import PREPARE, positional
 

@@ -20,11 +20,11 @@ from sqlalchemy.sql.expression import Executable
 
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
-from .._decision_sql import decide_statements
 from ..audit import write_chained
 from ..backend import SelectT, Transaction, statements_in_one_transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck, claim_locked
 from ..decision_rules import Decided
+from ..decision_sql import decide_statements
 from ..run_sql import apply_write
 from .notify import Notifier
 

@@ -35,12 +35,10 @@ from ..policy.evaluation import AskedCall, Outcome
 from ..policy.outcomes import call_columns, decided_details, rule_decision
 from .audit import call_event, run_event
 from .backend import Backend
-from .backends.database import Database
-from .backends.notify import Notifier
 from .decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .decisions import DecisionOps
 from .models import RunRow, ToolCallRow
-from .policy_evaluation import PolicyEvaluation
+from .policy_evaluation import UnderRules
 from .queries import CallReads
 from .run_plan import tool_definition_row, utcnow
 from .run_sql import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
@@ -108,25 +106,12 @@ def session_run_id(engine: str, source: str, session_id: str) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"approvals:{engine}:{source}:{session_id}").hex
 
 
-class Calls(DecisionOps, CallReads):
+class Calls(DecisionOps, CallReads, UnderRules):
     """Deciding, expiring and reading calls; requesting, waiting for and settling those of agents that run elsewhere.
 
     Given the store's one `PolicyEvaluation` (the rules decide a requested call first) and the set
     of tool definitions this process stored, shared with `Runs`.
     """
-
-    def __init__(
-        self,
-        db: Database,
-        notifier: Notifier | None = None,
-        *,
-        policy: PolicyEvaluation,
-        tool_versions: set[str] | None = None,
-    ) -> None:
-        super().__init__(db, notifier)
-        self.policy = policy
-        self._stored_tool_versions = tool_versions if tool_versions is not None else set()
-        """Tool definition versions this process stored or saw stored, as `Runs` holds them."""
 
     async def request_call(
         self, validated: ValidatedRequest, *, actor: Actor, hand_out: bool = False

@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ..calls.tools import DeferredToolRequests
 from ..policy.evaluation import NO_RULE, AskedCall, Failure, Outcome, RuleSet, StoredRule
 from ..policy.rules import Effect, Kind, RuleSpec, rule_problems
+from ._base import StoreBase
 from .backends.database import Database
+from .backends.notify import Notifier
 from .models import PolicyRuleRow, RunRow
 from .run_plan import utcnow
 
@@ -211,3 +213,21 @@ async def _decided(rule_set: RuleSet, call: AskedCall) -> Outcome:
 
 def latest_rows() -> Select[PolicyRuleRow]:
     return select(PolicyRuleRow).where(PolicyRuleRow.id.in_(_LATEST))
+
+
+class UnderRules(StoreBase):
+    """An aggregate whose writes the rules decide first (`Runs`, `Calls`): given the store's one
+    `PolicyEvaluation`, and the tool definition versions this process stored, which they share."""
+
+    def __init__(
+        self,
+        db: Database,
+        notifier: Notifier | None = None,
+        *,
+        policy: PolicyEvaluation,
+        tool_versions: set[str] | None = None,
+    ) -> None:
+        super().__init__(db, notifier)
+        self.policy = policy
+        self._stored_tool_versions = tool_versions if tool_versions is not None else set()
+        """Tool definition versions this process stored or saw stored: a version's definition never changes."""

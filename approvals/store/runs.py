@@ -23,14 +23,13 @@ from ..calls.stored_history import load_stored_history
 from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound
 from . import run_cancel
-from ._base import StoreBase
 from .audit import run_event
 from .backends.database import Database
 from .backends.notify import Notifier
 from .claims import Claim, ClaimedRun, ModelMessage, StaleLeaseCheck
 from .models import STORED_TEXT, MessageRow, RunRow
 from .paused_runs import PausedRun, insert_paused_run, paused_write
-from .policy_evaluation import PolicyEvaluation
+from .policy_evaluation import PolicyEvaluation, UnderRules
 from .queries import MAX_PAGE, Page, decode_cursor, encode_cursor, page_of
 from .run_plan import (
     Interrupted,
@@ -53,7 +52,7 @@ def _lease_end(seconds: float) -> dt.datetime:
     return utcnow() + dt.timedelta(seconds=seconds)
 
 
-class Runs(StoreBase):
+class Runs(UnderRules):
     """Writes that move a run through its statuses, and reads of runs.
 
     Given the store's one `PolicyEvaluation` (a pause lets the rules decide its calls first) and
@@ -68,10 +67,7 @@ class Runs(StoreBase):
         policy: PolicyEvaluation,
         tool_versions: set[str] | None = None,
     ) -> None:
-        super().__init__(db, notifier)
-        self.policy = policy
-        self._stored_tool_versions = tool_versions if tool_versions is not None else set()
-        """Tool definition versions this process stored or saw stored: a version's definition never changes."""
+        super().__init__(db, notifier, policy=policy, tool_versions=tool_versions)
         self._stale_leases = StaleLeaseCheck()
         """When (monotonic) a claim last looked for runs whose worker's lease expired."""
 

@@ -107,7 +107,7 @@ def audit_and_wake(events: int, wake_ups: int) -> Executable:
     return select(head, *notify)
 
 
-def _prefixed(statement: Executable, prefix: str) -> Executable:
+def prefixed(statement: Executable, prefix: str) -> Executable:
     """`statement` with each named parameter renamed `prefix + name`, so statements can share one without a clash."""
 
     def rename(element: Any, **_: Any) -> Any:
@@ -125,7 +125,7 @@ def with_writes(audit: Executable, writes: tuple[Executable, ...]) -> Executable
     Every row the writes touch is locked already (the decision's first round trip), so the
     order in which the server runs them changes nothing.
     """
-    ctes = [cast(HasCTE, _prefixed(write, f"s{i}_")).cte(f"write_{i}") for i, write in enumerate(writes)]
+    ctes = [cast(HasCTE, prefixed(write, f"s{i}_")).cte(f"write_{i}") for i, write in enumerate(writes)]
     return cast(Executable, cast(HasCTE, audit).add_cte(*ctes))
 
 

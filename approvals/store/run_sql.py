@@ -94,22 +94,22 @@ MOVE_ON_IF_ALL_DECIDED = (
 )
 
 
-def _insert_for_held_run(model: type[Any], from_run: Mapping[str, Any], given: Sequence[str]) -> Insert:
+def _insert_for_held_run(
+    model: type[Any], from_run: Mapping[str, Any], given: Sequence[str], *, locked: bool = True
+) -> Insert:
     """An INSERT of one row that takes `from_run` from the held run (locked) and `given` from its parameters.
 
     It inserts nothing when the worker does not hold the run: the lease guard is its WHERE.
     """
     table = cast(Table, model.__table__)
     values = [*from_run.values(), *(bindparam(name, type_=table.c[name].type) for name in given)]
-    row = select(*values).where(*HELD).with_for_update()
-    return insert(table).from_select([*from_run, *given], row)
+    row = select(*values).where(*HELD)
+    return insert(table).from_select([*from_run, *given], row.with_for_update() if locked else row)
 
 
-APPEND_MESSAGES = _insert_for_held_run(
-    MessageRow,
-    {"run_id": RunRow.id, "seq": RunRow.message_count + bindparam("offset", type_=Integer)},
-    ("kind", "format_version", "data", "created_at"),
-)
+_MESSAGE_FROM_RUN = {"run_id": RunRow.id, "seq": RunRow.message_count + bindparam("offset", type_=Integer)}
+_MESSAGE_COLUMNS = ("kind", "format_version", "data", "created_at")
+APPEND_MESSAGES = _insert_for_held_run(MessageRow, _MESSAGE_FROM_RUN, _MESSAGE_COLUMNS)
 """One message of a step, numbered after the run's stored messages (it comes before the hold that counts it)."""
 _PENDING_CALL_COLUMNS = (
     "id",
@@ -133,11 +133,19 @@ _PENDING_CALL_COLUMNS = (
 )
 """A new call's own columns (`run_plan.pending_call`); the run, its agent and who asked (the run's starter) come
 from the run."""
+_PENDING_CALL_FROM_RUN = {"run_id": RunRow.id, "agent_name": RunRow.agent_name, "requested_by": RunRow.started_by}
 ADD_PENDING_CALL = _insert_for_held_run(
-    ToolCallRow,
-    {"run_id": RunRow.id, "agent_name": RunRow.agent_name, "requested_by": RunRow.started_by},
-    (*_PENDING_CALL_COLUMNS, "created_at", "updated_at"),
+    ToolCallRow, _PENDING_CALL_FROM_RUN, (*_PENDING_CALL_COLUMNS, "created_at", "updated_at")
 )
+UNLOCKED: dict[Executable, Executable] = {
+    APPEND_MESSAGES: _insert_for_held_run(MessageRow, _MESSAGE_FROM_RUN, _MESSAGE_COLUMNS, locked=False),
+    ADD_PENDING_CALL: _insert_for_held_run(
+        ToolCallRow, _PENDING_CALL_FROM_RUN, (*_PENDING_CALL_COLUMNS, "created_at", "updated_at"), locked=False
+    ),
+}
+"""The inserts for a held run without their row lock, for a write sent as one statement (PostgreSQL's
+`as_one_statement`): there its hold's UPDATE locks the run, and a lock taken after it in the same
+statement would skip the row that statement changed; the hold's guard fails the write if it is not held."""
 RULES_REVISION = select(func.coalesce(func.max(PolicyRuleRow.id), 0))
 """The rules' revision, read inside a pause's write to check the rules that decided its calls are current."""
 INSERT_DECISIONS = insert(DecisionRow).values(
@@ -164,7 +172,11 @@ def _hold_statement(changed: tuple[str, ...]) -> Update:
 @cache
 def insert_tool_definitions(backend: Backend) -> Insert:
     """New tool definitions; a version already stored stays as it is (a version's definition never changes)."""
-    return backend.insert(ToolDefinitionRow).on_conflict_do_nothing()
+    columns = ToolDefinitionRow.__table__.c
+    values = {
+        name: bindparam(name, type_=columns[name].type) for name in ("version", "name", "definition", "created_at")
+    }
+    return backend.insert(ToolDefinitionRow).values(values).on_conflict_do_nothing()
 
 
 def in_list(column: Any, name: str, count: int) -> ColumnElement[bool]:

@@ -120,15 +120,25 @@ async def traced(db: Database, trace: Path) -> AsyncIterator[psycopg.AsyncConnec
 
 def round_trips(trace: Path) -> int:
     """Round trips in `trace`: the Sync messages sent, each answered once the server has run what came before."""
+    return sent(trace, "Sync")
+
+
+def statements(trace: Path) -> int:
+    """Statements in `trace`: the Bind messages sent (BEGIN and COMMIT among them)."""
+    return sent(trace, "Bind")
+
+
+def sent(trace: Path, message: str) -> int:
     if not trace.exists():
         return 0
-    return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and "\tSync" in line)
+    return sum(1 for line in trace.read_text().splitlines() if line.split("\t")[0] == "F" and f"\t{message}" in line)
 
 
 async def test_a_worker_write_is_one_round_trip_and_a_claim_two(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The worker's statements go in a pipeline: what each costs in round trips, audit appends and COMMIT included."""
+    """What each of a worker's operations costs in round trips and statements, audit appends and COMMIT included:
+    a write that moves no call is one statement."""
     postgres_only(store)
     run_id, ids = await decided_shop_run(store, tmp_path)
     store.runs._stale_leases.checked_at = time.monotonic()  # no look for dead workers' runs now
@@ -137,19 +147,19 @@ async def test_a_worker_write_is_one_round_trip_and_a_claim_two(
     costs = []
 
     async def cost(write: Awaitable[object]) -> object:
-        before = round_trips(trace)
+        before = round_trips(trace), statements(trace)
         result = await write
-        costs.append(round_trips(trace) - before)
+        costs.append((round_trips(trace) - before[0], statements(trace) - before[1]))
         return result
 
     claimed = await cost(store.runs.claim("w1", run_id=run_id))  # lease, start the calls; history, audit, COMMIT
     assert isinstance(claimed, ClaimedRun) and claimed.executing
     step = [ModelResponse(parts=[TextPart(content="refunded")])]
-    await cost(store.runs.append_step(run_id, "w1", step))  # guarded statements and COMMIT together
+    await cost(store.runs.append_step(run_id, "w1", step))  # its steps, guards and audit appends: one statement
     results = {call_id: (CallStatus.SUCCEEDED, "ok") for call_id in claimed.executing}
     await cost(store.runs.append_step(run_id, "w1", step, results=results))  # the server names the calls it settled
     await cost(store.runs.finish(run_id, "w1", step, output="done"))  # guards raise in the server: audited, one trip
-    assert costs == [2, 1, 1, 1]
+    assert costs == [(2, 7), (1, 1), (1, 1), (1, 1)]
     assert (await store.runs.get_run(run_id)).status == "completed"
     assert (await store.calls.get_call(ids["refund"])).status == "succeeded"
     assert (await store.audit.verify_audit()).ok

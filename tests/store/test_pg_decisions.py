@@ -30,7 +30,7 @@ from approvals.store import Actor, Database, Store
 from approvals.store.backends import postgres_decisions
 from approvals.store.backends.postgres import pooled_connection
 from approvals.store.backends.postgres_decisions import pg_decide
-from approvals.store.backends.postgres_statements import positional
+from approvals.store.backends.postgres_statements import positional, raw_cursor
 from approvals.store.decision_sql import LOCK_CALL, LOCK_CALL_COLUMNS, decide_statements, loaded_call
 from approvals.store.migrate import upgrade
 from approvals.store.models import ToolCallRow
@@ -164,7 +164,7 @@ async def test_the_call_columns_are_named_as_postgresql_describes_them(store: St
     (calls,) = await paused_runs(store, tmp_path, 1)
     lock_call = positional(LOCK_CALL)
     async with pooled_connection(store.db) as connection, connection.transaction():
-        cursor = await connection.execute(lock_call.sql, lock_call.args({"call_id": calls["refund"]}))
+        cursor = await raw_cursor(connection).execute(lock_call.sql, lock_call.args({"call_id": calls["refund"]}))
         assert tuple(column.name for column in cursor.description or ()) == LOCK_CALL_COLUMNS
 
 

@@ -7,13 +7,15 @@ sent together on a connection kept in autocommit mode (`postgres_connections`), 
 BEGIN and a COMMIT that are statements of the pipeline too:
 
 - a worker's write (`pg_run_write`) that moves no call (a step, a pause, a finish: what
-  `WriteSteps.audited_unseen` says) is one round trip: its steps, its guards raising in the
-  server (`approvals_require_v4`: the worker still holds the run, the rules are the ones
-  its calls were decided by), its audit appends, the run's agent read by the server, the
-  wake-ups and COMMIT. A failed guard skips the rest; its error becomes the one SQLite's
-  path raises. One that moves calls (starts, settles, releases them) sends its steps in
-  one round trip, checks their rows in Python and makes the audit events from them, then
-  the audit appends, the wake-ups and COMMIT in a second (ROLLBACK when a check failed);
+  `WriteSteps.audited_unseen` says) is ONE statement (`as_one_statement`), atomic by itself
+  in autocommit: each row of each of its steps a data-modifying CTE, its guards raising in
+  the server (`approvals_require_v4`: the worker still holds the run, the rules are the ones
+  its calls were decided by, each result's call was executing), its audit appends (the run's
+  agent and the settled calls named by the server) and wake-ups its SELECT. A failed guard
+  aborts it; its error becomes the one SQLite's path raises. One that moves calls (starts,
+  settles, releases them) sends its steps in one round trip, checks their rows in Python
+  and makes the audit events from them, then the audit appends, the wake-ups and COMMIT in
+  a second (ROLLBACK when a check failed);
 - a claim (`postgres_claim`) leases the oldest ready run, reads its calls and starts the
   approved ones (the statements name the run the lease took in the server), then reads its
   history, audits and commits: two round trips;
@@ -49,12 +51,12 @@ from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 from sqlalchemy.util import greenlet_spawn
 
 from ..decision_rules import DecisionPlan
-from ..decision_sql import audit_and_wake_params
+from ..decision_sql import audit_and_wake_params, prefixed
 from ..hot_path_sql import function_name
 from ..models import RunRow, ToolCallRow
 from ..run_plan import RulesChanged, RunWrite, lease_lost
-from ..run_sql import RULES_REVISION, RUN_STATUS, NotHeld, Rows, Step, WriteSteps, write_steps
-from .postgres_statements import PREPARE, positional
+from ..run_sql import RULES_REVISION, RUN_STATUS, UNLOCKED, NotHeld, Rows, Step, WriteSteps, write_steps
+from .postgres_statements import PREPARE, Positional, positional, raw_cursor
 
 if TYPE_CHECKING:
     from ..audit import AuditEvent
@@ -144,7 +146,7 @@ class PipelinedTransaction:
     def __init__(self, connection: psycopg.AsyncConnection[Any], pipeline: psycopg.AsyncPipeline) -> None:
         self.connection = connection
         self._pipeline = pipeline
-        self._quiet = connection.cursor()
+        self._quiet = raw_cursor(connection)
         """One cursor for the statements whose rows nobody reads: a cursor each costs more than a statement."""
         self.ended = False
 
@@ -169,7 +171,9 @@ class PipelinedTransaction:
                 await self._quiet.executemany(statement.sql, [statement.args(row) for row in step.params])
             elif step.returns:
                 cursors.append(
-                    await self.connection.execute(statement.sql, statement.args(step.params), prepare=PREPARE)
+                    await raw_cursor(self.connection).execute(
+                        statement.sql, statement.args(step.params), prepare=PREPARE
+                    )
                 )
                 continue
             else:
@@ -186,24 +190,11 @@ class PipelinedTransaction:
         """`steps` in one round trip: their rows."""
         return await self.rows(await self.send(steps))
 
-    async def commit(
-        self,
-        events: Sequence[AuditEvent],
-        announcements: Sequence[tuple[str, str]],
-        *,
-        calls_in_run: Sequence[str | None] | None = None,
-    ) -> None:
-        """Queue the audit appends and wake-ups (`chain_and_wake`) and COMMIT: the block's end sends them.
-
-        With `calls_in_run` (a tool call id or None per event), what the server fills in: an event that names
-        no agent names its run's, and one given a tool call id names that call of its run and its tool.
-        """
+    async def commit(self, events: Sequence[AuditEvent], announcements: Sequence[tuple[str, str]]) -> None:
+        """Queue the audit appends and wake-ups (`chain_and_wake`) and COMMIT: the block's end sends them."""
         chained = chain_and_wake(events, announcements)
         if chained is not None:
             audit, params = chained
-            if calls_in_run is not None:
-                audit = _filled_in_by_server(audit)
-                params |= {f"e{i}_call_in_run": call for i, call in enumerate(calls_in_run)}
             statement = positional(audit)
             await self._quiet.execute(statement.sql, statement.args(params), prepare=PREPARE)
         await self._quiet.execute(_COMMIT)
@@ -311,13 +302,6 @@ def _require(condition: Any, sqlstate: str, message: str, detail: Any = None) ->
     return getattr(func, function_name("require"))(condition, literal(sqlstate, Text), literal(message, Text), detail)
 
 
-@cache
-def _required_one(statement: Executable, sqlstate: str, message: str) -> Select[Any]:
-    """`statement` (an UPDATE … RETURNING), raising `sqlstate` in the server unless it changed exactly one row."""
-    changed = cast(HasCTE, statement).cte("changed")
-    return select(_require(func.count() == 1, sqlstate, message)).select_from(changed)
-
-
 REQUIRED_RULES = select(
     _require(
         RULES_REVISION.scalar_subquery() == bindparam("expected_revision"),
@@ -327,23 +311,6 @@ REQUIRED_RULES = select(
     )
 )
 """The rules' revision, raising `RULES_CHANGED` in the server unless it is the one the write's calls were decided by."""
-
-
-def _guarded(planned: WriteSteps) -> list[Step]:
-    """The write's steps, its guards raising in the server instead of returning rows for Python to check."""
-    steps = list(planned.steps)
-    for index, kind in planned.guards().items():
-        step = steps[index]
-        assert isinstance(step.params, Mapping)
-        if kind == "held":
-            steps[index] = Step(
-                _required_one(step.statement, NOT_HELD, "the worker no longer holds the run"), step.params
-            )
-        elif kind == "settled":
-            steps[index] = Step(_required_one(step.statement, NOT_EXECUTING, "the call is not executing"), step.params)
-        else:
-            steps[index] = Step(REQUIRED_RULES, {**step.params, "expected_revision": planned.write.rules_revision})
-    return steps
 
 
 async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[str]) -> None:
@@ -365,16 +332,16 @@ async def pg_run_write(db: Database, write: RunWrite, stored_tool_versions: set[
 
 
 async def _write_in_one_round_trip(db: Database, planned: WriteSteps) -> bool:
-    """Steps, guards, audit appends, wake-ups and COMMIT in one pipeline with one sync; a guard's error as SQLite's.
+    """The write as one statement (`as_one_statement`) in autocommit: one round trip, atomic by itself.
 
     False when a result's call was not executing: nothing was written, and the write's rows must say which.
     """
     unseen = planned.unseen_events()
     events, calls = [event for event, _ in unseen], [call for _, call in unseen]
+    statement, params = as_one_statement(planned, events, calls)
     try:
-        async with pipelined(db) as transaction:
-            await transaction.send(_guarded(planned))
-            await transaction.commit(events, planned.write.announcements, calls_in_run=calls)
+        async with pooled_connection(db) as connection, connection.pipeline():  # a first Parse goes with it
+            await raw_cursor(connection).execute(statement.sql, statement.args(params), prepare=PREPARE)
         return True
     except DBAPIError as exc:
         state = getattr(exc.orig, "sqlstate", None)
@@ -386,3 +353,63 @@ async def _write_in_one_round_trip(db: Database, planned: WriteSteps) -> bool:
             detail = getattr(getattr(exc.orig, "diag", None), "message_detail", None)
             raise RulesChanged(int(detail) if detail else None) from None
         raise
+
+
+def as_one_statement(
+    planned: WriteSteps, events: Sequence[AuditEvent], calls_in_run: Sequence[str | None]
+) -> tuple[Positional, dict[str, Any]]:
+    """A write `audited_unseen` as one statement: each row of each step a data-modifying CTE, the guards
+    raising in the server, the audit appends and wake-ups its SELECT; and its parameters.
+
+    Its steps are those SQLite runs one by one (`write_steps`). As CTEs they all read the rows as
+    they were before the statement, which is what the order of the steps gives them: the
+    messages and new calls take the run's count before the hold grows it, each result settles
+    a different call, and the server names the calls and agent that are not changed. A write
+    that starts, releases or interrupts calls (two steps on one call) is not `audited_unseen`.
+    """
+    guards = planned.guards()
+    shape: list[tuple[Executable, int, str | None]] = []
+    params: dict[str, Any] = {}
+    for i, step in enumerate(planned.steps):
+        assert not step.with_next, "a write audited_unseen moves no calls"
+        rows = [step.params] if isinstance(step.params, Mapping) else list(step.params)
+        shape.append((step.statement, len(rows), guards.get(i)))
+        for j, row in enumerate(rows):
+            params |= {f"s{i}_{j}_{name}": value for name, value in row.items()}
+    params["expected_revision"] = planned.write.rules_revision
+    chained = chain_and_wake(events, planned.write.announcements)
+    audit = None
+    if chained is not None:
+        audit, audit_params = chained
+        params |= audit_params | {f"e{i}_call_in_run": call for i, call in enumerate(calls_in_run)}
+    return positional(_composed(tuple(shape), audit)), params
+
+
+@cache
+def _composed(shape: tuple[tuple[Executable, int, str | None], ...], audit: Executable | None) -> Executable:
+    """The one statement of a write of this shape (steps, rows each, guards), built and compiled once."""
+    ctes = []
+    checks = []
+    for i, (statement, rows, guard) in enumerate(shape):
+        if guard == "rules":  # a read: the rules' revision, checked by the SELECT
+            checks.append(REQUIRED_RULES.selected_columns[0])
+            continue
+        for j in range(rows):
+            cte = cast(HasCTE, prefixed(UNLOCKED.get(statement, statement), f"s{i}_{j}_")).cte(f"s{i}_{j}")
+            ctes.append(cte)
+            if guard in _ONE_ROW:
+                sqlstate, message = _ONE_ROW[guard]
+                changed = select(func.count()).select_from(cte).scalar_subquery()
+                checks.append(_require(changed == 1, sqlstate, message))
+    # the guards first: PostgreSQL computes a SELECT's columns in order, so a guard that fails stops the
+    # statement before the audit appends take their ids (a failed write leaves no gap in the log's ids)
+    appends = [] if audit is None else list(cast(Select[Any], _filled_in_by_server(audit)).selected_columns)
+    main = select(*checks, *appends) if checks or appends else select(literal(True))
+    return cast(Executable, main.add_cte(*ctes))
+
+
+_ONE_ROW = {
+    "held": (NOT_HELD, "the worker no longer holds the run"),
+    "settled": (NOT_EXECUTING, "the call is not executing"),
+}
+"""The guards of a write's one statement that its step changed exactly one row: SQLSTATE and message."""

@@ -29,7 +29,7 @@ from ..decision_sql import (
     plan_write,
 )
 from .postgres import pooled_connection, roll_back
-from .postgres_statements import PREPARE, positional
+from .postgres_statements import PREPARE, positional, raw_cursor
 
 if TYPE_CHECKING:
     from .database import Database
@@ -49,7 +49,7 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
             async with connection.pipeline() as pipeline:
                 await connection.execute(_BEGIN)
                 run_rows, call_rows, standing_rows = [
-                    await connection.execute(read.sql, read.args(key), prepare=PREPARE) for read in reads
+                    await raw_cursor(connection).execute(read.sql, read.args(key), prepare=PREPARE) for read in reads
                 ]
                 await pipeline.sync()
                 run, call = await run_rows.fetchone(), await call_rows.fetchone()
@@ -63,7 +63,7 @@ async def pg_decide(db: Database, call_id: str, verdict: Verdict, actor: Actor, 
                 plan = plan_decision(facts, verdict, actor, now)
                 statement, params = plan_write(facts.call, plan)
                 write = positional(statement)
-                await connection.execute(write.sql, write.args(params), prepare=PREPARE)
+                await raw_cursor(connection).execute(write.sql, write.args(params), prepare=PREPARE)
                 await connection.execute(_COMMIT)
         except BaseException:
             await roll_back(connection)

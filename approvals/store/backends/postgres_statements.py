@@ -1,23 +1,25 @@
 """PostgreSQL: a Core statement compiled once for psycopg, its parameters in order, prepared on the server.
 
-A hot-path transaction is five to ten statements, so what each costs the client counts more
-than anything else it does. Here a statement is compiled by SQLAlchemy once (per statement
-object, and the hot path builds each once), to SQL text with positional `%s` marks and the
-names in their order; an execution then only puts its values in that order, wrapping JSON
-columns' values as JSONB and statuses as their text. psycopg gets bytes it has seen before
-(its parse of the query is cached) and a tuple (no reordering of a dict), and prepares the
+What each statement costs the client counts more than anything else the hot path does.
+Here a statement is compiled by SQLAlchemy once (per statement object, and the hot path
+builds each once), to SQL text with PostgreSQL's own marks (`$1`) and the names in their
+order; an execution then only puts its values in that order, wrapping JSON columns' values
+as JSONB and statuses as their text. psycopg sends the SQL as it is (`raw_cursor`: no parse
+for `%s` marks, which it caches only for queries under 4 KB) with a list of values, and prepares the
 statement on the server at its first execution on a connection (`PREPARE`, then only `Bind`
 and `Execute`), where its default waits for the fifth.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from typing import Any, cast
 
+import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import JSON, bindparam
 from sqlalchemy.dialects.postgresql import JSONB
@@ -29,7 +31,7 @@ from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
 from ..models import json_text
 
-__all__ = ("PREPARE", "Positional", "positional")
+__all__ = ("PREPARE", "Positional", "positional", "raw_cursor")
 
 PREPARE = True
 """Every hot-path statement is prepared at its first execution on a connection: the hot path's
@@ -39,7 +41,7 @@ _DIALECT = PGDialect_psycopg(paramstyle="format")  # type: ignore[no-untyped-cal
 
 @dataclass(frozen=True)
 class Positional:
-    """A statement as psycopg runs it: its SQL with `%s` marks, and how to put an execution's values in order."""
+    """A statement as psycopg runs it: its SQL with `$1` marks, and how to put an execution's values in order."""
 
     sql: bytes
     named: tuple[tuple[str, Any], ...]
@@ -79,9 +81,36 @@ def positional(statement: Executable) -> Positional:
     binds = compiled.binds
     own = compiled.construct_params(_check=False)
     return Positional(
-        sql=str(compiled).encode(),
+        sql=_dollar_marks(str(compiled)).encode(),
         named=tuple((name, own.get(name)) for name in names),
         json_at=tuple(
             i for i, name in enumerate(names) if name in binds and isinstance(binds[name].type, JSON | JSONB)
         ),
     )
+
+
+def _dollar_marks(sql: str) -> str:
+    """`sql`'s `%s` marks as `$1`, `$2`, ... and `%%` as `%`: what psycopg makes of it before each execution.
+
+    Each mark its own parameter, as psycopg's are (a name used twice is two parameters, each
+    typed where it stands). The SQL is SQLAlchemy's, whose only `%` are these two forms.
+    """
+    count = 0
+
+    def mark(found: re.Match[str]) -> str:
+        nonlocal count
+        if found.group() == "%%":
+            return "%"
+        count += 1
+        return f"${count}"
+
+    return _MARKS.sub(mark, sql)
+
+
+_MARKS = re.compile(r"%%|%s")
+
+
+def raw_cursor(connection: psycopg.AsyncConnection[Any]) -> psycopg.AsyncRawCursor[Any]:
+    """A cursor that sends a `Positional`'s SQL as it is: its marks are PostgreSQL's own (`$1`), so psycopg
+    does not parse the query for `%s` marks at each execution (it caches that only for queries under 4 KB)."""
+    return psycopg.AsyncRawCursor(connection)

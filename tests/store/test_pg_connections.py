@@ -81,15 +81,18 @@ async def test_a_kept_connection_the_server_dropped_fails_one_call_and_is_replac
     assert await backend_pid(database) != dropped
 
 
-async def test_kept_connections_plan_without_bitmap_scans_and_the_pools_as_usual(database: Database) -> None:
+async def test_kept_connections_plan_for_the_hot_path_and_the_pools_as_usual(database: Database) -> None:
+    """Kept connections plan without bitmap scans and with generic plans at once; the pool's plan as usual."""
     kept = database.autocommit_connections
     assert kept is not None
     pooled, since = await kept.take()
     connection = cast("psycopg.AsyncConnection[Any]", pooled.driver_connection)
     assert await (await connection.execute("SHOW enable_bitmapscan")).fetchone() == ("off",)
+    assert await (await connection.execute("SHOW plan_cache_mode")).fetchone() == ("force_generic_plan",)
     await kept.give_back(pooled, since, keep=False)  # back to the pool
     async with database.engine.connect() as session_connection:
         assert (await session_connection.execute(text("SHOW enable_bitmapscan"))).scalar() == "on"
+        assert (await session_connection.execute(text("SHOW plan_cache_mode"))).scalar() == "auto"
 
 
 async def test_disposing_closes_the_kept_connections(database: Database, postgres_url: str) -> None:

@@ -24,11 +24,14 @@ __all__ = ("KEEP_SECONDS", "AutocommitConnections")
 
 KEEP_SECONDS = 300.0
 """How long a connection stays out of the pool before it goes back (the pool recycles after 30 minutes)."""
-_PLAN_WITHOUT_BITMAP_SCANS = b"SET enable_bitmapscan = off"
-"""For the hot path's statements, which each read a few rows by an index: a planner without statistics
-(a new database, or one without autovacuum) would read every ready run and sort them to find the oldest,
-once per claim. Set while a connection is kept here; reset before it goes back to the pool."""
-_PLAN_AS_USUAL = b"RESET enable_bitmapscan"
+_PLAN_FOR_THE_HOT_PATH = b"SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan"
+"""For the hot path's statements, which each read or change a few rows by an index. Without bitmap scans: a
+planner without statistics (a new database, or one without autovacuum) would read every ready run and sort
+them to find the oldest, once per claim. Generic plans from the first execution: a worker's write is one
+statement of several CTEs, which takes longer to plan (0.3 to 0.6 ms) than to run, and PostgreSQL would plan
+each of its shapes five times on each connection before it kept one plan. Set while a connection is kept
+here; reset before it goes back to the pool."""
+_PLAN_AS_USUAL = b"RESET enable_bitmapscan; RESET plan_cache_mode"
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class AutocommitConnections:
         connection = _driver(pooled)
         try:
             await connection.set_autocommit(True)
-            await connection.execute(_PLAN_WITHOUT_BITMAP_SCANS)
+            await connection.execute(_PLAN_FOR_THE_HOT_PATH)
         except BaseException:
             await greenlet_spawn(pooled.invalidate)
             if connection.broken:  # the server dropped it (no pre-ping): it dropped the pool's others too

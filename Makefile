@@ -85,8 +85,9 @@ QUICK_TESTS := not postgresql and not browser and not real_model and not chaos a
 PYCACHE := $(CURDIR)/.pycache
 check test: export PYTHONDONTWRITEBYTECODE :=
 check test: export PYTHONPYCACHEPREFIX := $(PYCACHE)
+# Schemathesis's pytest plugin (~0.5 s a process to load) serves tests/web/test_schemathesis.py only, a slow test.
 check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; no browser, real model, chaos or slow test.
-	$(RUN) pytest -n 2 --dist loadgroup -m "$(QUICK_TESTS)"
+	$(RUN) pytest -n 2 --dist loadgroup -m "$(QUICK_TESTS)" -p no:schemathesis
 
 # Most of the slow tests wait on processes they start (servers, CLIs, workers), so more xdist workers
 # than cores pay; --dist loadgroup keeps the tests that share an expensive fixture on one worker

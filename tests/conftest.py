@@ -18,17 +18,22 @@ names them:
 
 from __future__ import annotations
 
+import functools
+import gc
+import itertools
 import os
-from collections.abc import Iterator
+import re
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 from _pytest.nodeid import NodeId
 from argon2 import PasswordHasher
 
 from approvals import security
 
-from .databases import DATABASES
 from .llm_server import LocalModelServer, running_server
 
 TESTS = Path(__file__).resolve().parent
@@ -48,8 +53,17 @@ SLOW = (
     "tests/worker/test_follow_ups_processes.py",  # two `approvals worker` processes, one killed and restarted
     "tests/mcp_gateway/test_gateway.py",  # `approvals mcp` processes before real MCP servers, an approvals server each
     "tests/mcp_gateway/test_faults.py",
+    "tests/web/test_schemathesis.py",  # every API operation (32) with 25 generated requests each over HTTP: ~25 s
 )
 """Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
+COSTLY_TO_COLLECT = {
+    "tests/web/test_schemathesis.py": "slow",  # schemathesis builds every operation's test when collecting: ~2 s
+    "tests/mcp_gateway/test_gateway.py": "slow",  # these three import FastMCP's client: ~0.9 s
+    "tests/mcp_gateway/test_faults.py": "slow",
+    "tests/mcp_gateway/test_pydantic_ai_mcp.py": "real_model",  # each of its tests uses the model server
+}
+"""Modules whose collection alone is costly (a process), every test of which has the marker: not collected when
+`-m` deselects every test that has it (tests/test_markers.py checks they all have it)."""
 SHARED_BY_MODULE = (
     "tests/browser/",  # a Chromium per module
     "tests/test_packaging.py",  # a wheel built, and a virtual environment installed from it
@@ -65,6 +79,9 @@ CHAOS_REPORTS: list[str] = []
 """The chaos sessions' numbers, from this process or an xdist worker, printed when the session ends."""
 SLOW_FIXTURES = {"core_only_venv"}
 """Fixtures that make any test using them slow (a virtual environment installed from PyPI)."""
+COLLECTED = pytest.StashKey[list[tuple[str, pytest.Item]]]()
+"""Every test this process collected, by its node id, before `-m` deselected any: tests/test_markers.py reads
+their tier markers here when the session collected what it checks, instead of collecting again in a subprocess."""
 
 
 def _needs_postgresql(item: pytest.Item) -> bool:
@@ -85,8 +102,42 @@ def _is_slow(item: pytest.Item) -> bool:
     return not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not collection_path.is_relative_to(TESTS):
+        return None
+    marker = COSTLY_TO_COLLECT.get(collection_path.relative_to(TESTS.parent).as_posix(), "")
+    return True if marker and _deselects_all_marked(config.option.markexpr, marker) else None
+
+
+@functools.cache
+def _deselects_all_marked(text: str, marker: str) -> bool:
+    """Whether the `-m` expression `text` deselects every test that has `marker`, whatever other markers it has."""
+    if not text or "=" in text:  # none, or one matching markers' arguments: assume it may select some
+        return False
+    try:
+        expression = Expression.compile(text)
+    except SyntaxError:
+        return False  # pytest says what is wrong
+    others = sorted(set(re.findall(r"[A-Za-z_][\w-]*", text)) - {"and", "or", "not", "True", "False", marker})
+    if len(others) > 12:
+        return False
+    for present in itertools.product((False, True), repeat=len(others)):
+        marks = {marker, *(name for name, there in zip(others, present, strict=True) if there)}
+        if expression.evaluate(_having(marks)):
+            return False
+    return True
+
+
+def _having(marks: set[str]) -> Callable[..., bool]:
+    """The matcher of an item with `marks`, for `Expression.evaluate`."""
+    return lambda name, /, **kwargs: name in marks
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the xdist_group markers into node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _name_in_node_id(item)
+    config.stash[COLLECTED] = [(item.nodeid, item) for item in items]
     for item in items:
         path = item.path.resolve()
         if TESTS in path.parents and (folder := path.relative_to(TESTS).parts[0]) in BY_FOLDER:
@@ -114,6 +165,15 @@ def pytest_collection_modifyitems_xdist_groups(config: pytest.Config, items: lis
         mark = item.get_closest_marker("xdist_group")
         if mark is not None and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
+
+
+def _name_in_node_id(item: pytest.Item) -> None:
+    """Schemathesis names its test of each API operation `test[GET /api/calls]`, but pytest 9.2 builds a node id
+    from the bare name and parameters only: the 32 operations shared one id, and xdist, which schedules by node id,
+    ran one of them. Such an item gets its whole name back in its id."""
+    last = item.nodeid.rsplit("::", 1)[-1]
+    if item.name != last and item.name.startswith(f"{last}[") and hasattr(item, "_id"):
+        item._id = NodeId.parse(item.nodeid + item.name.removeprefix(last))
 
 
 def _start_early(item: pytest.Item) -> int:
@@ -146,8 +206,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_sessionfinish() -> None:
-    """Drop the PostgreSQL databases this process made (each xdist worker runs this for its own)."""
-    DATABASES.close()
+    """Drop the PostgreSQL databases this process made (each xdist worker runs this for its own). tests/databases.py
+    is not imported here (0.7 s: the store and its drivers), so an xdist controller starts its workers sooner; a
+    process none of whose tests imported it made none."""
+    databases = sys.modules.get(f"{__package__}.databases")
+    if databases is not None:
+        databases.DATABASES.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure() -> None:
+    """The process exits next: spare it the last garbage collection's walk over every object the session made
+    (1-2 s an xdist worker, which the controller waits for). Exiting frees the memory all the same."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -68,16 +68,28 @@ class LiveServer:
 
 @contextmanager
 def serving(
-    database_url: str, tmp_path: Path, registry: AgentRegistry, *, port: int | None = None, users: bool = True
+    database_url: str,
+    tmp_path: Path,
+    registry: AgentRegistry,
+    *,
+    port: int | None = None,
+    users: bool = True,
+    graceful_shutdown: int = 2,
 ) -> Iterator[LiveServer]:
     """The app with `registry`'s agents under uvicorn on `port` (a free one), its in-process worker on, the test
-    users created (`users`)."""
+    users created (`users`). On leaving, requests still open get `graceful_shutdown` seconds to end before they are
+    cancelled: a test that leaves one open on purpose (a long poll) need not wait."""
     app = create_app(
         Settings(database_url=database_url, worker=True, secret_key="browser-test-secret"), registry=registry
     )
     port = port or free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=graceful_shutdown,
     )
     uvicorn_server = uvicorn.Server(config)
     loop = asyncio.new_event_loop()

@@ -26,9 +26,9 @@ from approvals.calls.verdicts import Approve
 from approvals.cli import app
 from approvals.hook_install import InstallError, install_hook
 from approvals.store import SYSTEM, Actor
-from approvals.store.migrate import upgrade
 from approvals.worker.resumer import AgentRegistry
 
+from .databases import DATABASES
 from .live_server import LiveServer, serving
 from .processes import free_port
 
@@ -81,9 +81,8 @@ def start_hook(hook_input: bytes, *, url: str, token: str, args: tuple[str, ...]
 
 @pytest.fixture
 def database(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/hooks.db"
-    upgrade(url)
-    return url
+    """A migrated SQLite file of the test's own: a copy of the process's template (tests/databases.py)."""
+    return DATABASES.fresh("sqlite", tmp_path)[0]
 
 
 def asking_token(server: LiveServer) -> str:
@@ -113,7 +112,7 @@ def test_the_hook_answers_in_claude_codes_format_and_retries_find_the_same_call(
 
 def test_no_server_no_token_or_a_bad_answer_blocks_the_tool(database: str, tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{free_port()}"
-    refused = run_hook("codex", claude_input(), url=down, token="apv_x", args=("--wait", "0", "--grace", "1"))
+    refused = run_hook("codex", claude_input(), url=down, token="apv_x", args=("--wait", "0", "--grace", "0.25"))
     assert refused.returncode == 2 and b"cannot reach" in refused.stderr and refused.stdout == b""
 
     no_token = run_hook("codex", claude_input(), url=down, token=None)
@@ -123,7 +122,7 @@ def test_no_server_no_token_or_a_bad_answer_blocks_the_tool(database: str, tmp_p
         odd = run_hook("codex", claude_input(), url=url, token="apv_x", args=("--wait", "0"))
     assert odd.returncode == 2 and b"would not read" in odd.stderr
     with answering({"oops": True}, status=500) as url:
-        failing = run_hook("gemini", claude_input(), url=url, token="apv_x", args=("--wait", "0", "--grace", "1"))
+        failing = run_hook("gemini", claude_input(), url=url, token="apv_x", args=("--wait", "0", "--grace", "0.25"))
     assert failing.returncode == 2 and b"HTTP 500" in failing.stderr
 
 
@@ -131,7 +130,8 @@ def test_a_server_restarted_while_the_hook_waits_is_asked_again_about_the_same_c
     database: str, tmp_path: Path
 ) -> None:
     port = free_port()
-    with serving(database, tmp_path, AgentRegistry(), port=port, users=False) as server:
+    # the hook's request is still open when the server goes: cancel it at once, not after uvicorn's 2 s
+    with serving(database, tmp_path, AgentRegistry(), port=port, users=False, graceful_shutdown=0) as server:
         token = asking_token(server)
         hook = start_hook(claude_input(), url=server.url, token=token, args=("--wait", "30", "--grace", "30"))
         deadline = time.monotonic() + 20

@@ -1,5 +1,7 @@
 """tests/conftest.py gives every test its tier's markers, so `pytest -m browser` (or `make check`'s
-`-m "not ..."`) selects what it says: collected once in a subprocess, on a few modules to stay quick."""
+`-m "not ..."`) selects what it says, on a few modules: as this session collected them (before `-m`
+deselected any) when it collected all of them on both databases, as `make check` and `make test` do;
+else collected once in a subprocess (~5 s)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from .conftest import SLOW
+from .conftest import COLLECTED, COSTLY_TO_COLLECT, SLOW, _deselects_all_marked
+from .databases import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIERS = ("postgresql", "browser", "real_model", "chaos", "coding_cli", "slow")
@@ -44,8 +48,14 @@ sys.exit(pytest.main(sys.argv[1:], plugins=[Report()]))
 
 
 @pytest.fixture(scope="module")
-def marked() -> dict[str, set[str]]:
+def marked(request: pytest.FixtureRequest) -> dict[str, set[str]]:
     """Node id -> tier markers of the tests in MODULES that `-m "postgresql or browser or ..."` selects."""
+    collected = request.config.stash.get(COLLECTED, [])
+    modules = {nodeid.split("::", 1)[0] for nodeid, _ in collected}
+    if modules.issuperset(MODULES) and {"sqlite", "postgresql"}.issubset(BACKENDS):
+        in_modules = ((nodeid, item) for nodeid, item in collected if nodeid.split("::", 1)[0] in MODULES)
+        tiers = {nodeid: {m.name for m in item.iter_markers() if m.name in TIERS} for nodeid, item in in_modules}
+        return {nodeid: marks for nodeid, marks in tiers.items() if marks}
     env = {**os.environ, "APPROVALS_TEST_DATABASES": "sqlite,postgresql"}
     args = ["--collect-only", "-q", "-p", "no:cacheprovider", "-m", " or ".join(TIERS), *MODULES]
     done = subprocess.run(
@@ -95,3 +105,26 @@ def test_every_slow_entry_names_a_test_that_exists() -> None:
             tree = ast.parse((ROOT / path).read_text())
             names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
             assert rest.split("[", 1)[0] in names, entry
+
+
+def test_no_two_collected_tests_share_a_node_id(request: pytest.FixtureRequest) -> None:
+    """xdist schedules by node id, so of tests sharing one only one ran (schemathesis's 32, under pytest 9.2)."""
+    counted = Counter(nodeid for nodeid, _ in request.config.stash.get(COLLECTED, []))
+    assert not [nodeid for nodeid, times in counted.items() if times > 1]
+
+
+QUICK = "not postgresql and not browser and not real_model and not chaos and not coding_cli and not slow"
+DESELECT_ALL_SLOW = (QUICK, "not slow", "browser and not slow", "not (slow or browser)")
+MAY_SELECT_SLOW = ("", "slow", "not browser", "not slow or postgresql", "slow(x=1)")
+
+
+@pytest.mark.parametrize("expression", DESELECT_ALL_SLOW + MAY_SELECT_SLOW)
+def test_a_costly_module_is_left_uncollected_only_when_none_of_its_tests_could_be_selected(expression: str) -> None:
+    assert _deselects_all_marked(expression, "slow") is (expression in DESELECT_ALL_SLOW)
+
+
+def test_every_test_of_a_module_left_uncollected_has_its_marker(request: pytest.FixtureRequest) -> None:
+    """Checked on the modules this session collected (all of them in `make test`)."""
+    for nodeid, item in request.config.stash.get(COLLECTED, []):
+        marker = COSTLY_TO_COLLECT.get(nodeid.split("::", 1)[0])
+        assert marker is None or item.get_closest_marker(marker) is not None, (nodeid, marker)

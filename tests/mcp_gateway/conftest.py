@@ -18,13 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import pytest
-from fastmcp import Client
-from fastmcp.client.transports import StdioTransport
 
 from approvals.store.models import ToolCallRow
 from approvals.worker.resumer import AgentRegistry
@@ -35,6 +33,9 @@ from ..live_server import LiveServer, serving
 from ..processes import free_port, stop
 from ..store.conftest import db_url, postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
 from .harness import filesystem_server
+
+if TYPE_CHECKING:  # FastMCP's client is imported where it is used: `make check` collects no test here that does
+    from fastmcp import Client
 
 GIT_SERVER = Path(sys.executable).parent / "mcp-server-git"
 
@@ -162,6 +163,9 @@ class Gateway:
     async def client(self, name: str = "test-client") -> AsyncIterator[Client[Any]]:
         """FastMCP's client on the gateway over stdio, as Claude Code would start it (`keep_alive=False`:
         leaving the block ends the gateway process)."""
+        from fastmcp import Client
+        from fastmcp.client.transports import StdioTransport
+
         transport = StdioTransport(
             sys.executable, self.args(), env=self.env(), cwd=str(self.workdir), keep_alive=False, log_file=self.log
         )
@@ -181,6 +185,8 @@ class Gateway:
     @asynccontextmanager
     async def http_client(self, name: str = "test-client") -> AsyncIterator[Client[Any]]:
         """The gateway serving streamable HTTP, and FastMCP's client on it."""
+        from fastmcp import Client
+
         self.port = port = free_port()
         process = self._start("--transport", "http", "--port", str(port))
         try:

@@ -93,6 +93,12 @@ async def worker(store: Store, **options: Any) -> AsyncIterator[None]:
         stop.set()
 
 
+async def worker_met_outage(caplog: pytest.LogCaptureFixture, loop: str) -> None:
+    """Wait until the worker's `loop` has failed against the database (it says so once)."""
+    failed = f"{loop} failed"
+    await eventually(lambda: any(r.getMessage().startswith(failed) for r in caplog.records), failed)
+
+
 async def paused_mail_run(store: Store, tmp_path: Path) -> str:
     run_id = await store.runs.start_run("mailer", "mail", actor=SERVICE, deps={"log": str(tmp_path / "log")})
     await until(lambda: status_is(store, run_id, "awaiting_approval"), "the run to pause")
@@ -328,7 +334,7 @@ async def test_sqlite_read_only_for_a_while_then_writable_again(tmp_path: Path) 
         await database.dispose()
 
 
-async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path) -> None:
+async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with small_filesystem("4m") as folder:
         url = f"sqlite:///{folder / 'approvals.db'}"
         upgrade(url)
@@ -342,7 +348,8 @@ async def test_sqlite_disk_full_for_a_while_then_room_again(tmp_path: Path) -> N
                 await start_runs_until_refused(store)
             assert is_transient(refused.value), refused.value
             async with worker(store, expire_interval=0.2, poll_interval=0.2):
-                await anyio.sleep(1.5)  # its claims of the ready run meet the full disk, and it backs off
+                # its claims of the ready run meet the full disk (it says so), and it backs off
+                await worker_met_outage(caplog, "looking for ready runs")
                 assert (await store.runs.get_run(run_id)).status == "ready"
                 filler.unlink()
                 await until(lambda: status_is(store, run_id, "awaiting_approval"), "the worker to take the run")

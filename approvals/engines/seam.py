@@ -14,9 +14,18 @@ nothing else, it
   fails with its words (`ToolExecutionError` names the call that failed);
 - keeps its state in one of three ways (`StateKind`): a per-message history (one stored row a
   message, read and written by its `HistoryCodec`), one versioned snapshot document (an
-  OpenAI Agents `RunState`), or a reference to the engine's own checkpointer (a LangGraph
-  thread). The store keeps the first today; a turn and its end carry the other two
-  (`Snapshot`, `CheckpointRef`), so an engine of either kind needs no change to this protocol.
+  OpenAI Agents `RunState`, a LangGraph checkpoint, a LlamaIndex context) beside that history,
+  or a reference to the engine's own checkpointer. The store keeps the first two; the third is
+  declared, and refused in words until an engine needs it.
+
+A `SNAPSHOT` engine keeps a history too, for the run page, the audit and the worker's reading
+of which calls wait and what they came to; its framework resumes from the document. Its turn
+is given the stored history and the latest `Snapshot`; it calls `before_approved_calls` before
+any approved call runs, never `on_step`, and ends with the whole history (stored messages
+first, then the turn's) and the new `Snapshot`. The worker stores both in the one transaction
+that pauses or ends the run, so a worker that dies mid-turn leaves the run where its last
+document and history agree, and the next worker redoes the turn from there (an approved call
+it had started is `outcome_unknown` for a person, never run twice).
 
 The read-only view of a run (the run page, the API) is `approvals.engines.view`: our native
 engine's message classes, declared the neutral view model, into which each `HistoryCodec.view`
@@ -47,6 +56,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeAlias, cast
 
+from ..calls.engine_state import Snapshot
 from ..calls.engines import Engine, EngineKind, HistoryCodec
 from ..calls.states import CallStatus
 from ..calls.tools import ArgsValidator, DeferredToolRequests
@@ -83,17 +93,10 @@ class StateKind(StrEnum):
     HISTORY = "history"
     """One stored row a message, appended step by step (`HistoryCodec`): ours, pydantic-ai."""
     SNAPSHOT = "snapshot"
-    """One versioned document, replaced at each step (`Snapshot`): an OpenAI Agents `RunState`."""
+    """One versioned document (`Snapshot`) beside the history, replaced at each pause: an OpenAI Agents
+    `RunState`, a LangGraph checkpoint, a LlamaIndex workflow context."""
     CHECKPOINTER = "checkpointer"
     """The engine's own checkpointer holds it; the store keeps a reference (`CheckpointRef`): a LangGraph thread."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Snapshot:
-    """A run's whole state as one document, in the engine's own JSON under its own version."""
-
-    version: int
-    data: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +249,7 @@ def resumable(engine: Engine) -> ResumableEngine:
 
 
 def history_codec(engine: ResumableEngine) -> HistoryCodec:
-    """The codec of an engine that keeps a per-message history (the one state the store keeps today)."""
-    if engine.state is not StateKind.HISTORY or engine.codec is None:
+    """The codec of an engine's per-message history: a `HISTORY` engine's state, a `SNAPSHOT` engine's view of it."""
+    if engine.state is StateKind.CHECKPOINTER or engine.codec is None:
         raise UserError(f"The {engine.name!r} engine keeps its state as a {engine.state}, which this store cannot keep")
     return engine.codec

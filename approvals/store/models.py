@@ -155,6 +155,22 @@ class MessageRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class RunStateRow(Base):
+    """A `SNAPSHOT` engine's run state (`approvals.calls.engine_state.Snapshot`): its framework's own document.
+
+    One row a run, replaced by the write that pauses or ends a turn, in the transaction that
+    stores that turn's messages and calls: the document and the history never disagree.
+    """
+
+    __tablename__ = "run_states"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    """The engine's version of the document's shape."""
+    data: Mapped[Any] = mapped_column(JsonValue)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 STORED_TEXT = cast(MessageRow.data, Text).label("data")
 """A message as its stored JSON text, unparsed: `load_stored_history` parses a whole history in one pass."""
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls import clock
+from ..calls.engine_state import Snapshot
 from ..calls.stored_history import dump_stored, stored_format
 from ..calls.tools import DeferredToolCall, ToolDefinition
 from ..exceptions import LeaseLost, NotFound
@@ -122,6 +123,8 @@ class RunWrite:
     """The approvals of new calls a rule allowed (`policy.outcomes.rule_decision`)."""
     events: list[RunEvent] = field(default_factory=list)
     announcements: list[tuple[str, str]] = field(default_factory=list)
+    snapshot: Snapshot | None = None
+    """A `SNAPSHOT` engine's run state after this write: it replaces the stored one."""
     rules_revision: int | None = None
     """The revision of the rules that decided the new calls: the write is refused (`RulesChanged`) if the rules
     changed since, so a worker decides by the rules it holds in memory without reading them first."""

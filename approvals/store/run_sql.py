@@ -49,7 +49,7 @@ from ..exceptions import Conflict
 from ..policy.outcomes import RULE_DECISION_COLUMNS
 from .audit import AuditEvent
 from .backend import Backend, Transaction
-from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, ToolCallRow, ToolDefinitionRow
+from .models import DecisionRow, MessageRow, PolicyRuleRow, RunRow, RunStateRow, ToolCallRow, ToolDefinitionRow
 from .run_plan import (
     RELEASED_DETAILS,
     ExecutedCall,
@@ -177,6 +177,20 @@ def insert_tool_definitions(backend: Backend) -> Insert:
         name: bindparam(name, type_=columns[name].type) for name in ("version", "name", "definition", "created_at")
     }
     return backend.insert(ToolDefinitionRow).values(values).on_conflict_do_nothing()
+
+
+@cache
+def upsert_run_state(backend: Backend) -> Insert:
+    """A run's state document, replacing the one stored (`RunStateRow`: one a run)."""
+    columns = RunStateRow.__table__.c
+    insert = backend.insert(RunStateRow).values(
+        run_id=bindparam("run_id", type_=columns.run_id.type),
+        version=bindparam("version", type_=columns.version.type),
+        data=bindparam("data", type_=columns.data.type),
+        updated_at=bindparam("now", type_=columns.updated_at.type),
+    )
+    replaced = {name: insert.excluded[name] for name in ("version", "data", "updated_at")}
+    return insert.on_conflict_do_update(index_elements=[columns.run_id], set_=replaced)
 
 
 def in_list(column: Any, name: str, count: int) -> ColumnElement[bool]:
@@ -446,6 +460,9 @@ def write_steps(write: RunWrite, backend: Backend, stored_tool_versions: Iterabl
     changes = {f"new_{column}": value for column, value in write.changes.items()}
     hold = {**guard, "grow": len(write.messages), "now": now, **changes}
     planned._add(Step(_hold_statement(tuple(sorted(write.changes))), hold, returns=True), planned._read_hold)
+    if write.snapshot is not None:
+        state = {"run_id": run_id, "version": write.snapshot.version, "data": write.snapshot.data, "now": now}
+        planned._add(Step(upsert_run_state(backend), state))
     if write.start_executing is not None:
         approvals, move = move_steps(run_id, write.start_executing, CallStatus.EXECUTING, now)
         planned._add(approvals)

@@ -12,24 +12,24 @@ import datetime as dt
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import func, select, tuple_
 
 from .. import tracing
 from ..calls.actors import Actor
+from ..calls.engine_state import Snapshot
 from ..calls.states import CallStatus, RunStatus
 from ..calls.stored_history import load_stored_history
 from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound
 from . import run_cancel
 from .audit import run_event
-from .backends.database import Database
-from .backends.notify import Notifier
 from .claims import Claim, ClaimedRun, ModelMessage, StaleLeaseCheck
-from .models import STORED_TEXT, MessageRow, RunRow
+from .models import STORED_TEXT, MessageRow, RunRow, RunStateRow
 from .paused_runs import PausedRun, insert_paused_run, paused_write
-from .policy_evaluation import PolicyEvaluation, UnderRules
+from .policy_evaluation import UnderRules
 from .queries import MAX_PAGE, Page, decode_cursor, encode_cursor, page_of
 from .run_plan import (
     Interrupted,
@@ -59,17 +59,10 @@ class Runs(UnderRules):
     the set of tool definitions this process stored, shared with `Calls`.
     """
 
-    def __init__(
-        self,
-        db: Database,
-        notifier: Notifier | None = None,
-        *,
-        policy: PolicyEvaluation,
-        tool_versions: set[str] | None = None,
-    ) -> None:
-        super().__init__(db, notifier, policy=policy, tool_versions=tool_versions)
-        self._stale_leases = StaleLeaseCheck()
+    @cached_property
+    def _stale_leases(self) -> StaleLeaseCheck:
         """When (monotonic) a claim last looked for runs whose worker's lease expired."""
+        return StaleLeaseCheck()
 
     async def write_run(self, write: RunWrite) -> None:
         """A worker's write to the run it holds, in one transaction: the same statements on both databases."""
@@ -201,10 +194,12 @@ class Runs(UnderRules):
         requests: DeferredToolRequests,
         *,
         results: CallOutcomes | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
         """The run stops for people: its last messages, its pending calls and its status, in one transaction.
 
-        `results` are the outcomes of executed calls the messages report, as for `append_step`.
+        `results` are the outcomes of executed calls the messages report, as for `append_step`;
+        `snapshot`, a `SNAPSHOT` engine's state to resume from, replaces the stored one.
         The standing rules decide the calls first, by the rules this process holds; the write
         checks they are still the rules in force, so a pause costs no read of them.
         """
@@ -215,6 +210,7 @@ class Runs(UnderRules):
             write.messages = messages
             write.results = _results(results)
             write.rules_revision = rule_set.revision
+            write.snapshot = snapshot
             try:
                 await self.write_run(write)
                 return
@@ -233,8 +229,9 @@ class Runs(UnderRules):
         failed_tool_call_id: str | None = None,
         results: CallOutcomes | None = None,
         released: Collection[str] = (),
+        snapshot: Snapshot | None = None,
     ) -> None:
-        """The run ended: completed with `output`, or failed with `error`.
+        """The run ended: completed with `output`, or failed with `error`; a `snapshot` replaces the stored state.
 
         `results` are the outcomes of executed calls the messages report, as for `append_step`.
         When it failed, calls marked executing that never ran (`released`) are approved again,
@@ -257,6 +254,7 @@ class Runs(UnderRules):
                 results=_results(results),
                 released=list(released),
                 interrupted=Interrupted(failed_tool_call_id, error) if error is not None else None,
+                snapshot=snapshot,
                 events=[
                     RunEvent(
                         "run.failed" if failed else "run.completed",
@@ -302,6 +300,14 @@ class Runs(UnderRules):
                 .order_by(MessageRow.seq)
             )
             return load_stored_history((data, version) for data, version in rows)
+
+    async def load_state(self, run_id: str) -> Snapshot | None:
+        """A `SNAPSHOT` engine's stored run state (`RunStateRow`); None before its first pause."""
+        async with self.db.read() as session:
+            found = (
+                await session.execute(select(RunStateRow.version, RunStateRow.data).where(RunStateRow.run_id == run_id))
+            ).one_or_none()
+        return None if found is None else Snapshot(version=found.version, data=found.data)
 
     async def get_run(self, run_id: str) -> RunRow:
         async with self.db.read() as session:

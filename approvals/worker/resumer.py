@@ -47,6 +47,8 @@ from ..engines.seam import (
     Paused,
     ResumableAgent,
     ResumableEngine,
+    Snapshot,
+    StateKind,
     Tally,
     Turn,
     history_codec,
@@ -397,7 +399,8 @@ class Resumer:
         try:
             entry = self.registry.get(claimed.agent_name)
             engine = stored.engine = entry.resumable_engine
-            history_codec(engine)  # the one state this store keeps
+            history_codec(engine)  # a history the store keeps (and the view reads), for every engine it continues
+            snapshot = await self.store.runs.load_state(run_id) if engine.state is StateKind.SNAPSHOT else None
             turn = Turn(
                 run_id=run_id,
                 prompt=claimed.prompt,
@@ -405,6 +408,7 @@ class Resumer:
                 verdicts=self._verdicts(run_id, engine.waiting_on(history), claimed.decided_calls),
                 history=history,
                 tally=totals,
+                snapshot=snapshot,
             )
             end = await engine.resume(entry.agent, turn, stored)
         except LeaseLost:
@@ -421,14 +425,14 @@ class Resumer:
         remaining = end.messages[stored.count :]
         try:
             if isinstance(end, Paused):
-                await stored.pause(remaining, end.requests)
+                await stored.pause(remaining, end.requests, end.snapshot)
                 if end.tally is not None:
                     self.histories.keep(run_id, end.messages, end.tally)
                 names = ", ".join(call.tool_name for call in end.requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return
             assert isinstance(end, Completed)
-            await stored.complete(remaining, end.output)
+            await stored.complete(remaining, end.output, end.snapshot)
         except LeaseLost:
             raise
         except Exception as exc:  # the database refuses what the model said: fail the run, never retry it forever
@@ -508,19 +512,23 @@ class _StoredRun:
         self.count += len(messages)
         self._executing.clear()  # approved calls run before the step that follows them is stored
 
-    async def pause(self, remaining: list[Any], requests: DeferredToolRequests) -> None:
+    async def pause(self, remaining: list[Any], requests: DeferredToolRequests, snapshot: Snapshot | None) -> None:
         results = self._outcomes(remaining)
         await self._write(
             "pausing it",
-            lambda: self._store.runs.pause(self._run_id, self._worker, remaining, requests, results=results),
+            lambda: self._store.runs.pause(
+                self._run_id, self._worker, remaining, requests, results=results, snapshot=snapshot
+            ),
             self._grown_by(len(remaining), RunStatus.AWAITING_APPROVAL, RunStatus.READY),
         )
 
-    async def complete(self, remaining: list[Any], output: Any) -> None:
+    async def complete(self, remaining: list[Any], output: Any, snapshot: Snapshot | None) -> None:
         results = self._outcomes(remaining)
         await self._write(
             "recording that it completed",
-            lambda: self._store.runs.finish(self._run_id, self._worker, remaining, output=output, results=results),
+            lambda: self._store.runs.finish(
+                self._run_id, self._worker, remaining, output=output, results=results, snapshot=snapshot
+            ),
             self._grown_by(len(remaining), RunStatus.COMPLETED),
         )
 

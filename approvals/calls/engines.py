@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from ..exceptions import UserError
 
@@ -35,6 +35,7 @@ __all__ = (
     "adopting_engines",
     "codec_for_format",
     "codec_of",
+    "edit_refusal",
     "engine_for_format",
     "get_engine",
     "register_engine",
@@ -119,6 +120,8 @@ class _Lazy:
     """Whether it is worth importing now (its library is loaded), for adopting agents and owning messages."""
     extra: str | None
     """The distribution extra that installs what it needs, for the error when it cannot be imported."""
+    cannot_edit: str | None
+    """Why its runs cannot run a call with a reviewer's edited arguments (`edit_refusal`); None: they can."""
 
 
 _engines: dict[str, Engine] = {}
@@ -142,6 +145,7 @@ def register_engine(
     formats: Sequence[int] = (),
     available: Callable[[], bool] | None = None,
     extra: str | None = None,
+    cannot_edit: str | None = None,
 ) -> None:
     """Make an engine known by its name: the engine itself, or its import path (`module:attribute`) with
     the `name` and history `formats` it will have, imported on first use.
@@ -149,6 +153,8 @@ def register_engine(
     A lazy engine is imported for a stored history in one of its `formats`, when asked for by
     name, and, once `available()` says its library is loaded, to adopt an agent or own a
     message. `extra` names what to install when the import fails (`approvals[extra]`).
+    `cannot_edit` says why a lazy engine's runs cannot run an edited call, known without
+    importing it (an engine object says it with its own `cannot_edit` attribute).
     """
     _codec_by_type.clear()
     if isinstance(engine, str):
@@ -156,7 +162,7 @@ def register_engine(
             raise ValueError("an engine registered by import path needs its name")
         if name in _engines:
             raise UserError(f"Another engine is already registered as {name!r}")
-        _lazy[name] = _Lazy(engine, tuple(formats), available or (lambda: True), extra)
+        _lazy[name] = _Lazy(engine, tuple(formats), available or (lambda: True), extra, cannot_edit)
         return
     existing = _engines.get(engine.name)
     if existing is not None and existing is not engine:
@@ -194,6 +200,21 @@ def get_engine(name: str) -> Engine:
         )
     register_engine(loaded)
     return loaded
+
+
+def edit_refusal(name: str) -> str | None:
+    """Why runs of the engine registered as `name` cannot run a call with edited arguments; None: they can.
+
+    Some frameworks run a call only as their model made it (OpenAI Agents): for their calls the
+    inbox offers approve, deny and answer, never an edit. Read without importing a lazy engine,
+    so a page of calls costs no import; an unknown engine (a run of one no longer registered) can edit.
+    """
+    _with_built_ins()
+    engine = _engines.get(name)
+    if engine is not None:
+        return cast(str | None, getattr(engine, "cannot_edit", None))
+    lazy = _lazy.get(name)
+    return None if lazy is None else lazy.cannot_edit
 
 
 def registered_engines() -> list[str]:

@@ -33,6 +33,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
+from .engines import edit_refusal
 from .states import FINAL_RUN_STATUSES, OPEN_CALL_STATUSES, CallStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class CallRefusal(StrEnum):
     """A rule routed the call to groups the actor is not in."""
     ALREADY_APPROVED = "already_approved"
     """The actor holds a standing approval of the call's current arguments: a quorum takes different people."""
+    ENGINE_CANNOT_EDIT = "engine_cannot_edit"
+    """The call's agent framework runs a call only with the arguments its model made (`calls.engines.edit_refusal`)."""
 
 
 class RunRefusal(StrEnum):
@@ -111,6 +114,8 @@ class CallOptions:
     approvals_required: int
     already_approved: bool
     """The actor holds a standing approval of the current arguments."""
+    edit_refusal: CallRefusal | None = None
+    """Why the actor may not edit the arguments and approve: what an approval takes, and an engine that can run it."""
 
     denial_needs_reason: ClassVar[bool] = True
     """A denial is refused without a reason (the model reads it); forms mark the field required."""
@@ -126,8 +131,8 @@ class CallOptions:
 
     @property
     def may_edit(self) -> bool:
-        """An edit approves other arguments, so it takes what an approval takes."""
-        return self.approve_refusal is None
+        """An edit approves other arguments, so it takes what an approval takes, and an engine that runs edits."""
+        return self.edit_refusal is None
 
     @property
     def may_deny(self) -> bool:
@@ -167,6 +172,7 @@ def call_options(
     digest: str = "",
     standing: Mapping[str, Collection[str]] = NO_APPROVALS,
     approver_groups: Collection[str] | None = None,
+    engine: str | None = None,
 ) -> CallOptions:
     """What `actor` may do with a call in `status`, asked for by `requested_by`, of a run `started_by`, by the
     rules above.
@@ -174,7 +180,8 @@ def call_options(
     `digest` is the digest of the call's current arguments and `standing` who holds a standing
     approval, by the digest they approved; without them rule 7 is not applied (the store
     applies it to the arguments an approval names, once it has read them). `approver_groups`
-    are the groups a rule routed the call to (None or empty: any reviewer).
+    are the groups a rule routed the call to (None or empty: any reviewer); `engine` the engine
+    of the call's run, whose framework may not run edited arguments (`edit_refusal`).
     """
     is_open = status in OPEN_CALL_STATUSES
     approvers = standing.get(digest, ())
@@ -193,7 +200,10 @@ def call_options(
             approve = CallRefusal.NOT_IN_GROUPS
         elif already:
             approve = CallRefusal.ALREADY_APPROVED
-    return CallOptions(is_open, decide, approve, len(approvers), approvals_required, already)
+    edit = approve
+    if edit is None and engine is not None and edit_refusal(engine) is not None:
+        edit = CallRefusal.ENGINE_CANNOT_EDIT
+    return CallOptions(is_open, decide, approve, len(approvers), approvals_required, already, edit)
 
 
 def in_groups(actor: Actor, approver_groups: Collection[str] | None) -> bool:
@@ -222,6 +232,8 @@ _SENTENCES: dict[CallRefusal, str] = {
     CallRefusal.OWN_RUN: "You started this run, so another reviewer must approve its calls.",
     CallRefusal.NOT_IN_GROUPS: "A rule routed this call to other groups: only their members may approve it. "
     "You may still deny it.",
+    CallRefusal.ENGINE_CANNOT_EDIT: "This agent's framework runs a call only with the arguments its model made: "
+    "approve it as it is, deny it saying what to change, or answer in its place.",
 }
 
 

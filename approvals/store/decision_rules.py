@@ -106,6 +106,7 @@ def _check_decidable(
     *,
     approving: str = "",
     standing: Mapping[str, frozenset[str]] | None = None,
+    engine: str | None = None,
 ) -> None:
     """Refuse a verdict on a call that is no longer open, changed since it was seen, asked for by the actor or
     on their own run, or a second approval of the same arguments (`approving`: their digest) by the same person.
@@ -120,8 +121,11 @@ def _check_decidable(
         digest=approving,
         standing=standing or NO_APPROVALS,
         approver_groups=call.approver_groups,
+        engine=engine,
     )
-    if isinstance(verdict, Approve | EditAndApprove):
+    if isinstance(verdict, EditAndApprove):
+        refusal, seen = options.edit_refusal, verdict.args_digest
+    elif isinstance(verdict, Approve):
         refusal, seen = options.approve_refusal, verdict.args_digest
     else:
         refusal, seen = options.decide_refusal, None
@@ -147,6 +151,8 @@ def _refused(refusal: CallRefusal, actor: Actor, call: ToolCallRow | None = None
         )
     if refusal is refusals.OWN_RUN:
         return Forbidden(f"{actor.id!r} started this run and may not approve its calls")
+    if refusal is refusals.ENGINE_CANNOT_EDIT:
+        return Conflict(refusal_sentence(refusal))
     if refusal in (refusals.OWN_CALL, refusals.NOT_IN_GROUPS):
         return Forbidden(refusal_sentence(refusal))  # the page's sentence: the same rule, the same words
     assert call is not None  # the other refusals need the call, read by then
@@ -170,7 +176,15 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
     if isinstance(verdict, EditAndApprove):
         edit = {"override_args": verdict.args, "override_digest": digest(verdict.args)}
     approved_digest = edit.get("override_digest") or call.current_digest
-    _check_decidable(call, facts.started_by, verdict, actor, approving=approved_digest, standing=facts.standing)
+    _check_decidable(
+        call,
+        facts.started_by,
+        verdict,
+        actor,
+        approving=approved_digest,
+        standing=facts.standing,
+        engine=facts.run_engine,
+    )
     decision: dict[str, Any] = {"call_id": call.id, "actor": actor.id, "channel": actor.channel, "created_at": now}
     if isinstance(verdict, Deny | Answer):
         final = _FINAL_VERDICTS[type(verdict)]

@@ -45,6 +45,8 @@ class ReviewFacts:
     """Who started the call's run."""
     standing: dict[str, frozenset[str]]
     """Who holds a standing approval of the call (`DecisionRow.is_standing`), by the digest they approved."""
+    engine: str | None = None
+    """The engine of the call's run: whether its framework can run edited arguments."""
 
     def options(self, actor: Actor, call: ToolCallRow) -> CallOptions:
         """What `actor` may do with `call` by the rules of `call_options`, from the call and these facts."""
@@ -57,6 +59,7 @@ class ReviewFacts:
             digest=call.current_digest,
             standing=self.standing,
             approver_groups=call.approver_groups,
+            engine=self.engine,
         )
 
 
@@ -152,22 +155,22 @@ class CallReads(StoreBase):
         if not call_ids:
             return {}
         query = (
-            select(ToolCallRow.id, RunRow.started_by, DecisionRow.actor, DecisionRow.args_digest)
+            select(ToolCallRow.id, RunRow.started_by, RunRow.engine, DecisionRow.actor, DecisionRow.args_digest)
             .join(RunRow, RunRow.id == ToolCallRow.run_id)
             .outerjoin(DecisionRow, and_(DecisionRow.call_id == ToolCallRow.id, STANDING))
             .where(ToolCallRow.id.in_(call_ids))
         )
-        started_by: dict[str, str | None] = {}
+        started_by: dict[str, tuple[str | None, str]] = {}
         standing: dict[str, dict[str, set[str]]] = {}
         async with self.db.read() as session:
-            for call_id, starter, approver, approved in await session.execute(query):
-                started_by[call_id] = starter
+            for call_id, starter, engine, approver, approved in await session.execute(query):
+                started_by[call_id] = starter, engine
                 by_digest = standing.setdefault(call_id, {})
                 if approver is not None:
                     by_digest.setdefault(approved, set()).add(approver)
         return {
-            call_id: ReviewFacts(starter, {d: frozenset(who) for d, who in standing[call_id].items()})
-            for call_id, starter in started_by.items()
+            call_id: ReviewFacts(starter, {d: frozenset(who) for d, who in standing[call_id].items()}, engine)
+            for call_id, (starter, engine) in started_by.items()
         }
 
     async def tool_definition(self, version: str) -> ToolDefinition:

@@ -243,6 +243,7 @@ def test_options_are_a_small_frozen_value_and_say_a_denial_needs_a_reason() -> N
         "approvals",
         "approvals_required",
         "already_approved",
+        "edit_refusal",
     ]
 
 
@@ -335,3 +336,28 @@ def test_decide_keeps_its_errors_and_their_order(
     assert type(refused) is error and re.search(text, str(refused)), refused
     if isinstance(refused, Conflict) and "no longer waiting" in text:
         assert (refused.status, refused.decided_by) == (status, "bob")
+
+
+def test_an_engine_that_cannot_run_edits_takes_the_edit_away_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    from approvals.calls import engines
+
+    reason = "its framework runs calls only as the model made them"
+    monkeypatch.setattr(engines, "_lazy", {**engines._lazy})  # the registration ends with the test
+    engines.register_engine("nowhere.engine:engine", name="edits_nothing_test", cannot_edit=reason)
+    assert engines.edit_refusal("edits_nothing_test") == reason
+    assert engines.edit_refusal("native") is None
+
+    options = call_options(ALICE, CallStatus.PENDING, started_by="bob", engine="edits_nothing_test")
+    assert (options.may_approve, options.may_deny, options.may_answer) == (True, True, True)
+    assert not options.may_edit and options.edit_refusal is CallRefusal.ENGINE_CANNOT_EDIT
+    assert call_options(ALICE, CallStatus.PENDING, started_by="bob", engine="native").may_edit
+    # a refusal that already stops the approval is the one said
+    assert call_options(VICTOR, CallStatus.PENDING, started_by="bob", engine="edits_nothing_test").edit_refusal is (
+        CallRefusal.NOT_REVIEWER
+    )
+
+    call = _call(CallStatus.PENDING)
+    edit = EditAndApprove(args={"amount": 1}, args_digest=call.current_digest)
+    with pytest.raises(Conflict, match="arguments its model made"):
+        _check_decidable(call, "bob", edit, ALICE, engine="edits_nothing_test")
+    _check_decidable(call, "bob", Approve(args_digest=call.current_digest), ALICE, engine="edits_nothing_test")

@@ -27,7 +27,7 @@ from fastapi.responses import Response
 
 from approvals.calls.actors import Actor
 from approvals.calls.engines import EngineKind, get_engine
-from approvals.calls.options import CallOptions, reviewer_refusal, run_options
+from approvals.calls.options import CallOptions, CallRefusal, refusal_sentence, reviewer_refusal, run_options
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.tools import ToolDefinition
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
@@ -206,6 +206,8 @@ class Card:
     """What the viewer may do with the call, and why not (`approvals.calls.options`)."""
     can_edit: bool
     """The viewer may edit, and the tool is known here, so the edit form can be built and checked."""
+    edit_note: str | None
+    """Why no edit is offered when the run's framework cannot run one (the rest of the options still are)."""
     expiring_soon: bool
     outcome_unknown: bool
     waiting_for_run: bool
@@ -269,6 +271,9 @@ async def _card(
         decisions=decisions,
         options=options,
         can_edit=options.may_edit and tool_known,
+        edit_note=refusal_sentence(options.edit_refusal)
+        if options.edit_refusal is CallRefusal.ENGINE_CANNOT_EDIT
+        else None,
         expiring_soon=views.expiring_soon(call, context.settings.expiring_soon_seconds),
         outcome_unknown=call.status == CallStatus.OUTCOME_UNKNOWN,
         waiting_for_run=call.status == CallStatus.APPROVED,

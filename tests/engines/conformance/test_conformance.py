@@ -14,6 +14,7 @@ import pytest
 
 from approvals import InvalidEdit
 from approvals.calls import clock
+from approvals.calls.engines import edit_refusal
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove
 from approvals.engines.view import ToolCallPart, ToolDeniedPart, ToolReturnPart
@@ -76,6 +77,8 @@ async def test_approved_the_call_runs_once_and_the_run_completes(driver: Driver)
 
 
 async def test_an_edit_is_validated_by_the_tools_own_rules_and_the_edited_arguments_run(driver: Driver) -> None:
+    if edit_refusal(driver.harness.engine) is not None:
+        pytest.skip("this engine's framework cannot run edited arguments: the next test holds it to refusing them")
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)
     with pytest.raises(InvalidEdit) as refused:
@@ -91,6 +94,22 @@ async def test_an_edit_is_validated_by_the_tools_own_rules_and_the_edited_argume
     assert await driver.told(run_id) == [Told("result", "refund", "refunded 3 on A-1")]
     (call,) = await driver.calls(run_id)
     assert (call.status, call.current_args) == (CallStatus.SUCCEEDED, {"order_id": "A-1", "amount": 3})
+
+
+async def test_an_engine_that_cannot_run_edits_refuses_them_and_offers_the_rest(driver: Driver) -> None:
+    if edit_refusal(driver.harness.engine) is None:
+        pytest.skip("this engine runs edited arguments: the test before holds it to that")
+    run_id = await driver.start(REFUND)
+    (call,) = await driver.calls(run_id)
+    options = (await driver.store.calls.review_facts([call.id]))[call.id].options(ALICE, call)
+    assert (options.may_approve, options.may_deny, options.may_answer, options.may_edit) == (True, True, True, False)
+    with pytest.raises(Conflict, match="arguments its model made"):
+        await driver.service.decide(call.id, EditAndApprove(args={"order_id": "A-1", "amount": 3}), actor=ALICE)
+    assert (await driver.store.calls.get_call(call.id)).status == CallStatus.PENDING  # nothing lost
+    await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
+    await driver.resume()
+    assert driver.logged() == ["refund A-1 5"]  # approved as the model made it
+    assert await driver.told(run_id) == [REFUNDED]
 
 
 async def test_a_denials_reason_reaches_the_model_and_the_tool_never_runs(driver: Driver) -> None:

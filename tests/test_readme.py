@@ -45,6 +45,30 @@ def test_readme_pydantic_ai_example_runs(capsys: pytest.CaptureFixture[str]) -> 
     assert printed[-1] == "completed"
 
 
+def test_readme_langgraph_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(
+        r"<!-- langgraph-example:start -->\s*```python\n(.*?)```\s*<!-- langgraph-example:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its LangGraph example markers"
+    exec(compile(block.group(1), "README.md LangGraph example", "exec"), {"__name__": "readme_langgraph_example"})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["refund pending {'order_id': 'A-1', 'amount_cents': 500}", "completed"]
+
+
+def test_readme_openai_agents_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(
+        r"<!-- openai-agents-example:start -->\s*```python\n(.*?)```\s*<!-- openai-agents-example:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its OpenAI Agents example markers"
+    exec(
+        compile(block.group(1), "README.md OpenAI Agents example", "exec"), {"__name__": "readme_openai_agents_example"}
+    )
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["refund pending {'order_id': 'A-1', 'amount_cents': 250}", "completed Refunded."]
+
+
 def test_readme_call_lifecycle_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
     block = re.search(

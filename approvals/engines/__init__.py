@@ -68,3 +68,28 @@ register_engine(
     available=lambda: "pydantic_ai" in sys.modules,
     extra="pydantic-ai",
 )
+register_engine(
+    "approvals.engines.langgraph.engine:engine",
+    name="langgraph",
+    formats=(1002,),  # approvals.engines.langgraph.engine.LANGGRAPH_FORMAT, checked when the engine is loaded
+    available=lambda: "langgraph" in sys.modules,
+    extra="langgraph",
+)
+register_engine(
+    "approvals.engines.openai_agents.engine:engine",
+    name="openai_agents",
+    formats=(1003,),  # approvals.engines.openai_agents.engine.OPENAI_AGENTS_FORMAT
+    available=lambda: "agents.run_state" in sys.modules,  # the SDK's own module: an app's `agents.py` is not it
+    extra="openai-agents",
+    cannot_edit=(  # equal to approvals.engines.openai_agents.engine.CANNOT_EDIT (tests/engines/openai_agents holds it)
+        "The OpenAI Agents SDK runs an approved call with the arguments its model sent "
+        "(RunState.approve takes no arguments), so a call cannot run with edited ones."
+    ),
+)
+register_engine(
+    "approvals.engines.llamaindex.engine:engine",
+    name="llamaindex",
+    formats=(1004,),  # approvals.engines.llamaindex.engine.LLAMAINDEX_FORMAT
+    available=lambda: "llama_index.core" in sys.modules,
+    extra="llamaindex",
+)

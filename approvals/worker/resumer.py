@@ -133,7 +133,10 @@ def _adopt(candidate: object, *, name: str | None = None) -> tuple[Engine, Resum
     """The engine that knows `candidate`, and `candidate` as an agent the worker runs; else a `UserError`."""
     adopted = _adopted(candidate, name=name)
     if adopted is None:
-        raise UserError(f"Not an agent: expected an approvals or pydantic-ai Agent, found {type(candidate).__name__}")
+        raise UserError(
+            "Not an agent: expected an agent of approvals, pydantic-ai, LangGraph, the OpenAI Agents SDK or "
+            f"LlamaIndex, found {type(candidate).__name__}"
+        )
     return adopted
 
 
@@ -186,8 +189,10 @@ class AgentRegistry:
         except ImportError as exc:
             raise UserError(f"Cannot import {module_name!r} for agent {import_path!r}: {exc}") from exc
         found = getattr(module, attribute, None)
-        # an agent without a name of its own (pydantic-ai names one only once it runs) is named after its attribute
-        adopted = _adopted(found, name=getattr(found, "name", None) or attribute)
+        # an agent without a name of its own (pydantic-ai names one only once it runs, LangGraph names every
+        # unnamed graph "LangGraph") is named after its attribute
+        own = getattr(found, "name", None)
+        adopted = _adopted(found, name=attribute if own in _UNNAMED else own)
         if adopted is None:
             raise UserError(f"{import_path!r} is not an Agent (found {type(found).__name__})")
         return self.register(adopted[1])
@@ -204,6 +209,10 @@ class AgentRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
+
+
+_UNNAMED = (None, "", "LangGraph")
+"""What an agent's `name` is when nobody named it: none, or the default its framework gives."""
 
 
 def _unwrapped(agent: object) -> object:

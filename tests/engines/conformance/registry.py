@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from .harnesses import Harness
+from .harnesses.langgraph import LangGraphHarness
 from .harnesses.native import NativeHarness
+from .harnesses.openai_agents import OpenAIAgentsHarness
 from .harnesses.pydantic_ai import PydanticAIHarness
 
 __all__ = ("HARNESSES",)
@@ -11,5 +13,7 @@ __all__ = ("HARNESSES",)
 HARNESSES: dict[str, Harness] = {
     "native": NativeHarness(),
     "pydantic_ai": PydanticAIHarness(),
+    "langgraph": LangGraphHarness(),
+    "openai_agents": OpenAIAgentsHarness(),
 }
 """A new engine adds its harness here: one line."""

@@ -74,7 +74,7 @@ def test_a_pydantic_ai_agent_is_adopted_by_its_engine_wrapped_once() -> None:
 
 
 def test_anything_else_is_refused_in_the_users_words() -> None:
-    with pytest.raises(UserError, match="Not an agent: expected an agent of approvals, pydantic-ai, .* found object"):
+    with pytest.raises(UserError, match=r"Not an agent: expected an agent of approvals, pydantic-ai, .* found object"):
         as_resumable(object())
     with pytest.raises(UserError, match=r"'tests.test_engines:NOT_AN_AGENT' is not an Agent \(found str\)"):
         AgentRegistry().load("tests.test_engines:NOT_AN_AGENT")

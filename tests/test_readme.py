@@ -69,6 +69,18 @@ def test_readme_openai_agents_example_runs(capsys: pytest.CaptureFixture[str]) -
     assert printed == ["refund pending {'order_id': 'A-1', 'amount_cents': 250}", "completed Refunded."]
 
 
+def test_readme_llamaindex_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    block = re.search(
+        r"<!-- llamaindex-example:start -->\s*```python\n(.*?)```\s*<!-- llamaindex-example:end -->", text, re.S
+    )
+    assert block is not None, "the README lost its LlamaIndex example markers"
+    exec(compile(block.group(1), "README.md LlamaIndex example", "exec"), {"__name__": "readme_llamaindex_example"})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("refund pending {")
+    assert printed[-1] == "completed Done: refunded 500 cents on A-1"
+
+
 def test_readme_call_lifecycle_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
     block = re.search(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .harnesses import Harness
 from .harnesses.langgraph import LangGraphHarness
+from .harnesses.llamaindex import LlamaIndexHarness
 from .harnesses.native import NativeHarness
 from .harnesses.openai_agents import OpenAIAgentsHarness
 from .harnesses.pydantic_ai import PydanticAIHarness
@@ -15,5 +16,6 @@ HARNESSES: dict[str, Harness] = {
     "pydantic_ai": PydanticAIHarness(),
     "langgraph": LangGraphHarness(),
     "openai_agents": OpenAIAgentsHarness(),
+    "llamaindex": LlamaIndexHarness(),
 }
 """A new engine adds its harness here: one line."""

@@ -33,7 +33,7 @@ SERVER_DISTRIBUTIONS = frozenset(
     for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["server"]
 )
 
-# Imports every module of the core library (all but the CLI and the pydantic-ai integration, which
+# Imports every module of the core library (all but the CLI and the agent frameworks' engines, which
 # bring their own stacks; the model SDK adapters when their SDK is installed) and prints the
 # web-stack and pydantic-ai modules that came along, one per line. Packages are walked by their
 # files, so a skipped package is never imported to find its modules.
@@ -43,6 +43,10 @@ import approvals, approvals.store, approvals.worker.resumer, approvals.service
 SKIPPED = (
     "approvals.cli",
     "approvals.engines.pydantic_ai",
+    # the other frameworks' engines: each its extra's stack (LangChain, the OpenAI Agents SDK, LlamaIndex)
+    "approvals.engines.langgraph",
+    "approvals.engines.openai_agents",
+    "approvals.engines.llamaindex",
     # the MCP gateway's server side: FastMCP (the mcp extra) is a web stack of its own, loaded by `approvals mcp` only
     "approvals.engines.mcp.gate_client",
     "approvals.engines.mcp.middleware",
@@ -64,13 +68,19 @@ def modules(path, prefix):
         if info.ispkg:
             yield from modules([f"{{path[0]}}/{{info.name.rsplit('.', 1)[1]}}"], info.name + ".")
 
+# what an installed SDK brings by itself is its own (openai 2 imports httpx, and httpx click); the wheel's
+# test, in a venv without the SDKs, holds the core to bringing nothing
+for sdk in sorted(set(SDKS.values())):
+    if importlib.util.find_spec(sdk) is not None:
+        importlib.import_module(sdk)
+theirs = set(sys.modules)
 for name in modules(approvals.__path__, "approvals."):
     sdk = SDKS.get(name)
     if sdk and importlib.util.find_spec(sdk) is None:
         continue
     importlib.import_module(name)
 web = {sorted(WEB_STACK | {"pydantic_ai"})!r}
-print("\\n".join(sorted(name for name in sys.modules if name.split(".")[0] in web)))
+print("\\n".join(sorted(name for name in set(sys.modules) - theirs if name.split(".")[0] in web)))
 """
 
 

@@ -18,6 +18,7 @@ CSV_COLUMNS = (
     "at",
     "actor",
     "action",
+    "summary",
     "subject_type",
     "subject_id",
     "run_id",
@@ -34,9 +35,11 @@ def spreadsheet_safe(cell: str) -> str:
     return "'" + cell if cell.startswith(("=", "+", "-", "@", "\t", "\r")) else cell
 
 
-def csv_row(row: AuditEventRow) -> list[str]:
-    """One event in the order of `CSV_COLUMNS`; details as JSON, text cells made spreadsheet-safe."""
-    texts = (row.actor, row.action, row.subject_type, row.subject_id, row.run_id, row.agent_name, row.tool_name)
+def csv_row(row: AuditEventRow, summary: str = "") -> list[str]:
+    """One event in the order of `CSV_COLUMNS`; `summary` is its sentence (`approvals.audit.sentences`);
+    details as JSON, text cells made spreadsheet-safe."""
+    texts = [row.actor, row.action, summary, row.subject_type, row.subject_id, row.run_id]
+    texts += [row.agent_name, row.tool_name]
     details = json.dumps(row.details, sort_keys=True, ensure_ascii=False) if row.details is not None else ""
     return [
         str(row.id),

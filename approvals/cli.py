@@ -230,6 +230,7 @@ def serve(
     settings = settings_for(config, database_url, agent)
     if worker is not None:
         settings.worker = worker
+    audit_signing_key(settings)  # issue 39 B: a configured key that cannot be used stops the start, in one line
     ensure_port_free(host, port)
     migrate(settings.database_url)
     registry = load_agents(settings.agents, demo=demo)
@@ -324,6 +325,11 @@ def worker(
             supervisor = Supervisor(group, stop)
             if outbound.any_channel:
                 supervisor.start("outbound", lambda: deliver_outbound(store, outbound, stop))
+            audit_sinks = settings.audit_sinks()
+            if audit_sinks.any:  # the audit log's copies in syslog and webhooks: one sender per sink, by lease
+                from .audit.stream import stream_audit
+
+                supervisor.start("audit-stream", lambda: stream_audit(store, audit_sinks, stop))
             supervisor.start(  # reminders and escalation: once per call and step, whichever process finds it
                 "follow-ups",
                 lambda: run_follow_ups(store, outbound.follow_ups, stop, interval=settings.follow_up_interval),
@@ -607,10 +613,22 @@ def runs_start(
 
 
 @audit_app.command("verify")
-def audit_verify(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
-    """Check the audit log's hash chain; exits 1 when it is broken."""
+def audit_verify(
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+    checkpoints: CheckpointsOption = None,
+    public_key: PublicKeyOption = None,
+    bundle: Annotated[Path | None, typer.Option("--bundle", help="Check this bundle offline.", dir_okay=False)] = None,
+    receipt: Annotated[
+        Path | None, typer.Option("--receipt", help="Check this receipt offline.", dir_okay=False)
+    ] = None,
+) -> None:
+    """Check the audit log's hash chain (and signed checkpoints, a bundle or a receipt); exits 1 when broken."""
+    if bundle or receipt or checkpoints:
+        verify_with_checkpoints(bundle, receipt, checkpoints, public_key, database_url, config)  # issue 39 B
+        return
     settings = settings_for(config, database_url)
-    result = with_store(settings.database_url, lambda store: store.audit.verify_audit())
+    result = verify_from_cut(settings, public_key)  # issue 39 D: from the signed checkpoint at an archive's cut
     if result.ok:
         typer.echo(f"audit log intact: {result.checked} events, head {result.head_hash}")
         return
@@ -619,16 +637,31 @@ def audit_verify(database_url: DatabaseOption = None, config: ConfigOption = Non
 
 @audit_app.command("export")
 def audit_export(
-    output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="jsonl or csv")] = "jsonl",
     database_url: DatabaseOption = None,
     config: ConfigOption = None,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="Write a bundle: events and the signed checkpoints covering them.")
+    ] = None,
+    from_id: Annotated[int | None, typer.Option("--from-id", help="Bundle: the first event wanted.")] = None,
+    to_id: Annotated[int | None, typer.Option("--to-id", help="Bundle: the last event wanted.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Bundle: events from this time (ISO 8601).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Bundle: events before this time (ISO 8601).")] = None,
+    checkpoints: CheckpointsOption = None,
 ) -> None:
-    """Export the whole audit log, oldest first, with progress (CSV cells are spreadsheet-safe)."""
+    """Export the whole audit log, oldest first, with progress (CSV cells are spreadsheet-safe); or a bundle."""
     import csv
 
+    from .audit.reading import tell
     from .audit_csv import CSV_COLUMNS, csv_row
 
+    if bundle is not None:
+        export_bundle(bundle, (from_id, to_id, since, until), checkpoints, database_url, config)  # issue 39 B
+        return
+    if output is None:
+        fail("--output (or --bundle) is required")
+        return
     settings = settings_for(config, database_url)
     if fmt not in ("jsonl", "csv"):
         fail("--format must be jsonl or csv")
@@ -644,12 +677,14 @@ def audit_export(
             cursor: str | None = None
             while True:
                 page = await store.audit.audit_events(after=cursor, limit=5000, newest_first=False)
-                for event in page.items:
+                for told in await tell(store.audit, page.items):  # each with its sentence (issue 39 A)
+                    event = told.event
                     if writer:
-                        writer.writerow(csv_row(event))
+                        writer.writerow(csv_row(event, told.sentence))
                     else:
                         row = {c: getattr(event, c) for c in columns}
                         row["at"] = event.at.isoformat()
+                        row["summary"] = told.sentence
                         handle.write(json.dumps(row, default=str) + "\n")
                 written += len(page.items)
                 bar.update(len(page.items))
@@ -659,6 +694,313 @@ def audit_export(
 
     count = with_store(settings.database_url, export)
     typer.echo(f"wrote {count} events to {output}")
+
+
+# --- audit search (issue 39, part A: questions asked of the log) ---------------------------
+
+
+def _opt(help: str) -> Any:
+    return typer.Option(help=help)
+
+
+@audit_app.command("search")
+def audit_search(
+    actor: Annotated[str | None, _opt("A person's username, or rule:<name>, token:<name>.")] = None,
+    by: Annotated[str | None, _opt("Who acted: person, service, rule or system.")] = None,
+    action: Annotated[str | None, _opt("An action (call.approved), or several with commas.")] = None,
+    verdict: Annotated[str | None, _opt("approved (with edits), edited, denied, answered or expired.")] = None,
+    agent: Annotated[str | None, _opt("An agent (or a gate's source).")] = None,
+    tool: Annotated[str | None, _opt("A tool.")] = None,
+    engine: Annotated[str | None, _opt("An engine (native, gate, ...).")] = None,
+    rule: Annotated[str | None, _opt("A rule's name: what it decided, what names it.")] = None,
+    channel: Annotated[str | None, _opt("Where a decision was made: web, api, slack, email.")] = None,
+    run: Annotated[str | None, _opt("A run id.")] = None,
+    since: Annotated[str | None, _opt("From: 2026-01-31, 2026-01-31T14:00 or a span back from now (7d).")] = None,
+    until: Annotated[str | None, _opt("Before: a date, a time or a span back from now.")] = None,
+    text: Annotated[str | None, _opt("Text in the details or the call's arguments.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Events per page.")] = 50,
+    after: Annotated[str | None, _opt("The cursor a previous page printed: the page after it.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or jsonl")] = "table",
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Ask the audit log a question: events matching every filter, newest first, each as a sentence."""
+    from .audit.reading import tell
+    from .audit.search import parse_query
+    from .exceptions import UserError
+
+    if fmt not in ("table", "jsonl"):
+        fail("--format must be table or jsonl")
+    filters = {"actor": actor, "by": by, "action": action, "verdict": verdict, "agent": agent, "tool": tool}
+    filters |= {"engine": engine, "rule": rule, "channel": channel, "run": run, "since": since, "until": until}
+    try:
+        query = parse_query({**filters, "text": text})
+    except UserError as exc:
+        fail(str(exc))
+    settings = settings_for(config, database_url)
+
+    async def search(store: Store) -> str | None:
+        page = await store.audit.audit_events(query=query, after=after, limit=limit)
+        for told in await tell(store.audit, page.items):
+            event = told.event
+            if fmt == "table":
+                typer.echo(f"{event.id:>8}  {event.at:%Y-%m-%d %H:%M:%S}  {told.sentence}")
+                continue
+            row = {c: getattr(event, c) for c in ("id", "actor", "action", "subject_type", "subject_id", "run_id")}
+            row |= {"at": event.at.isoformat(), "agent": event.agent_name, "tool": event.tool_name}
+            row |= {"details": event.details, "prev_hash": event.prev_hash, "hash": event.hash}
+            typer.echo(json.dumps({**row, "summary": told.sentence}, ensure_ascii=False, default=str))
+        return page.next_cursor
+
+    cursor = with_store(settings.database_url, search)
+    if cursor is not None:
+        typer.secho(f"more: --after {cursor}", err=True)
+
+
+# --- audit keys, checkpoints, bundles and receipts (issue 39, part B: proof that travels) -----
+
+CheckpointsOption = Annotated[
+    Path | None,
+    typer.Option("--checkpoints", help="A directory of signed checkpoint files (the directory sink).", file_okay=False),
+]
+PublicKeyOption = Annotated[
+    Path | None,
+    typer.Option("--public-key", help="The audit public key: PEM or JSON (as /.well-known/approvals-audit-key serves).",
+                 dir_okay=False),
+]  # fmt: skip
+
+
+def audit_fail(message: str) -> NoReturn:
+    """`fail`, typed as never returning."""
+    fail(message)
+    raise typer.Exit(1)
+
+
+def audit_signing_key(settings: Any) -> Any:
+    """The configured signing key (None: signing off); a configured key that cannot be used is a one-line error."""
+    from .audit.signing import SigningKeyError, load_signing_key
+
+    try:
+        return load_signing_key(settings.audit_signing_config())
+    except SigningKeyError as exc:
+        audit_fail(str(exc))
+
+
+def _public_key(path: Path | None) -> Any:
+    from .audit.signing import SigningKeyError, load_public_key
+
+    if path is None:
+        audit_fail("--public-key is required to check signed checkpoints (`approvals audit public-key` prints it)")
+    try:
+        return load_public_key(path)
+    except SigningKeyError as exc:
+        audit_fail(str(exc))
+
+
+def verify_with_checkpoints(
+    bundle: Path | None,
+    receipt: Path | None,
+    checkpoints: Path | None,
+    public_key: Path | None,
+    database_url: str | None,
+    config: Path | None,
+) -> None:
+    """`audit verify --bundle`, `--receipt` (offline, no database) or `--checkpoints` (the database against them)."""
+    public = _public_key(public_key)
+    if receipt is not None:
+        from .audit.receipt import verify_receipt
+
+        try:
+            document = json.loads(receipt.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            audit_fail(f"cannot read the receipt {receipt}: {exc}")
+        check = verify_receipt(document, public)
+        if not check.ok:
+            audit_fail(f"receipt invalid: {check.message}")
+        typer.echo(check.message)
+        return
+    if bundle is not None:
+        from .audit.bundle import verify_bundle
+
+        try:
+            report = verify_bundle(bundle, public)
+        except (OSError, ValueError) as exc:
+            audit_fail(f"cannot read the bundle {bundle}: {exc}")
+        label = f"bundle {bundle}"
+    else:
+        from .audit.checkpoint_files import read_checkpoint_directory
+        from .audit.checkpoints_verify import verify_database
+
+        assert checkpoints is not None
+        try:
+            signed = read_checkpoint_directory(checkpoints)
+        except ValueError as exc:
+            audit_fail(str(exc))
+        settings = settings_for(config, database_url)
+        report = with_store(settings.database_url, lambda store: verify_database(store.db, public, signed))
+        label = "audit log"
+    if not report.ok:
+        audit_fail(f"{label} {report.describe()}")
+    typer.echo(f"{label} {report.describe()}")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+
+
+def export_bundle(
+    path: Path,
+    bounds: tuple[int | None, int | None, str | None, str | None],
+    checkpoints: Path | None,
+    database_url: str | None,
+    config: Path | None,
+) -> None:
+    """`audit export --bundle FILE`: the events wanted, widened to the signed checkpoints that cover them."""
+    from .audit.bundle import write_bundle
+    from .audit.checkpoint_files import read_checkpoint_directory
+
+    from_id, to_id, since, until = bounds
+    times: list[dt.datetime | None] = []
+    for name, value in (("--since", since), ("--until", until)):
+        try:
+            parsed = dt.datetime.fromisoformat(value) if value else None
+        except ValueError:
+            audit_fail(f"{name} is not an ISO 8601 time: {value!r}")
+        times.append(parsed.replace(tzinfo=parsed.tzinfo or dt.UTC) if parsed else None)
+    signed = None
+    if checkpoints is not None:
+        try:
+            signed = read_checkpoint_directory(checkpoints)
+        except ValueError as exc:
+            audit_fail(str(exc))
+    settings = settings_for(config, database_url)
+    written = with_store(
+        settings.database_url,
+        lambda store: write_bundle(
+            store.db, path, from_id=from_id, to_id=to_id, since=times[0], until=times[1], checkpoints=signed
+        ),
+    )
+    covered = f"signed up to event {written.covered_up_to}" if written.covered_up_to else "no signed checkpoint"
+    typer.echo(f"wrote {written.events} events ({written.first}..) and {written.checkpoints} checkpoint(s), "
+               f"{covered}, to {path}")  # fmt: skip
+
+
+@audit_app.command("keygen")
+def audit_keygen(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the private key (created 0600, never replaced).")],
+) -> None:
+    """Make an Ed25519 key to sign audit checkpoints; prints its public key (keep the file out of the database)."""
+    from .audit.signing import SigningKeyError, generate_key_file
+
+    try:
+        key = generate_key_file(out)
+    except SigningKeyError as exc:
+        audit_fail(str(exc))
+    typer.echo(f"wrote the private key to {out} (key id {key.key_id}); set APPROVALS_AUDIT_SIGNING_KEY_FILE={out}")
+    typer.echo(key.public.pem(), nl=False)
+
+
+@audit_app.command("public-key")
+def audit_public_key(
+    fmt: Annotated[str, typer.Option("--format", help="pem or json")] = "pem",
+    config: ConfigOption = None,
+) -> None:
+    """Print the public key audit checkpoints are signed with (the one verifiers need)."""
+    if fmt not in ("pem", "json"):
+        audit_fail("--format must be pem or json")
+    key = audit_signing_key(settings_for(config))
+    if key is None:
+        audit_fail("audit signing is off: set APPROVALS_AUDIT_SIGNING_KEY_FILE (or APPROVALS_AUDIT_SIGNING_KEY)")
+    typer.echo(key.public.pem() if fmt == "pem" else json.dumps(key.public.jwk(), indent=1), nl=fmt != "pem")
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(database_url: DatabaseOption = None, config: ConfigOption = None) -> None:
+    """Sign a checkpoint of the audit log now (and write it to the checkpoint directory, when one is set)."""
+    from .audit.checkpoint_files import DirectorySink
+    from .audit.checkpoints import Checkpointer, CheckpointSink
+
+    settings = settings_for(config, database_url)
+    key = audit_signing_key(settings)
+    if key is None:
+        audit_fail("audit signing is off: set APPROVALS_AUDIT_SIGNING_KEY_FILE (or APPROVALS_AUDIT_SIGNING_KEY)")
+    checkpoint_config = settings.audit_checkpoint_config()
+    sinks: list[CheckpointSink] = [DirectorySink(checkpoint_config.directory)] if checkpoint_config.directory else []
+    made = with_store(
+        settings.database_url, lambda store: Checkpointer(store.db, key, checkpoint_config, sinks).make(force=True)
+    )
+    if not made:
+        typer.echo("no new events since the last checkpoint: none made")
+    for checkpoint in made:
+        typer.echo(f"checkpoint {checkpoint.seq}: events up to {checkpoint.event_id}, head {checkpoint.event_hash}")
+
+
+# --- audit retention (issue 39, part D: archive old events to a bundle, verify what remains from the cut) ---
+
+
+def verify_from_cut(settings: Any, public_key: Path | None) -> Any:
+    """The chain verified from the genesis, or from the signed checkpoint at the newest archive cut.
+
+    The cut's signature is checked with `--public-key`, else with the configured signing key's public half.
+    """
+    from .store.audit import verify_audit_chain
+    from .store.audit_retention import AuditRetention
+
+    public = _public_key(public_key) if public_key else getattr(audit_signing_key(settings), "public", None)
+
+    async def verify(store: Store) -> Any:
+        async with store.db.read() as session:
+            result = await verify_audit_chain(session, public.verify if public is not None else None)
+        cut = await AuditRetention(store.db).last_cut()
+        if cut is not None and result.ok:
+            signed = "its signature checked" if public is not None else "its signature not checked: no public key"
+            typer.echo(f"note: events {cut.first_event_id}..{cut.event_id} were archived to {cut.bundle} on "
+                       f"{cut.at:%Y-%m-%d %H:%M} UTC; the chain starts at signed checkpoint {cut.checkpoint_seq} "
+                       f"({signed})")  # fmt: skip
+        return result
+
+    return with_store(settings.database_url, verify)
+
+
+@audit_app.command("archive")
+def audit_archive(
+    before: Annotated[str, typer.Option("--before", help="Archive events before this date or time (ISO 8601, UTC).")],
+    bundle: Annotated[
+        Path, typer.Option("--bundle", help="The bundle file to write (never replaced).", dir_okay=False)
+    ],
+    public_key: PublicKeyOption = None,
+    checkpoints: CheckpointsOption = None,
+    actor: Annotated[str, typer.Option("--actor", help="Who archives, as the audit log names them.")] = "system",
+    database_url: DatabaseOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Write the events before a date to a bundle, then delete them, up to the newest signed checkpoint before it.
+
+    The bundle is written, fsynced and read back (and verified, with the public key) before anything is
+    deleted; verification of what remains then starts from the signed checkpoint at the cut.
+    """
+    from .audit.checkpoint_files import read_checkpoint_directory
+    from .audit.retention import archive_events
+
+    try:
+        cut_date = dt.datetime.fromisoformat(before)
+    except ValueError:
+        audit_fail(f"--before is not an ISO 8601 date or time: {before!r}")
+    settings = settings_for(config, database_url)
+    public = _public_key(public_key) if public_key else getattr(audit_signing_key(settings), "public", None)
+    signed = None
+    if checkpoints is not None:
+        try:
+            signed = read_checkpoint_directory(checkpoints)
+        except ValueError as exc:
+            audit_fail(str(exc))
+    archived = with_store(
+        settings.database_url,
+        lambda store: archive_events(
+            store.db, before=cut_date, bundle=bundle, actor=actor, public=public, checkpoints=signed
+        ),
+    )
+    typer.echo(archived.describe())
+    if not archived.verified:
+        typer.echo("note: the bundle was read back and its chain checked, but not verified with a public key")
 
 
 RulesFile = Annotated[

@@ -218,11 +218,19 @@ class AuditVerification:
     problem: str | None = None
 
 
-async def verify_audit_chain(session: AsyncSession) -> AuditVerification:
-    """Recompute every event's hash and link, oldest first, in batches."""
-    prev_hash = GENESIS_HASH
+async def verify_audit_chain(
+    session: AsyncSession, signature_ok: Callable[[str, bytes], bool] | None = None
+) -> AuditVerification:
+    """Recompute every event's hash and link, oldest first, in batches: from the genesis, or from the signed
+    checkpoint at the newest archive cut (`audit_cuts.chain_start`; `signature_ok` checks its signature)."""
+    from .audit_cuts import chain_start  # issue 39 D: retention (it reads the tables, not this module)
+
+    start = await chain_start(session, signature_ok)
+    if start.problem is not None:
+        return AuditVerification(False, 0, start.hash, first_bad_id=start.first_bad_id, problem=start.problem)
+    prev_hash = start.hash
     checked = 0
-    last_id = 0
+    last_id = start.event_id
     while True:
         rows = (
             await session.scalars(

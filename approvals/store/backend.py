@@ -129,6 +129,15 @@ class Backend(Protocol):
         """Seconds from `start` to `end`, both timestamps, as a float."""
         ...
 
+    async def limit_statement_time(self, session: AsyncSession, milliseconds: int) -> None:
+        """Stop the rest of this read transaction's statements past `milliseconds` each (PostgreSQL), so a search
+        no index answers is refused rather than read to the end; SQLite's reads run in the process and are not cut."""
+        ...
+
+    def timed_out(self, error: BaseException) -> bool:
+        """Whether `error` is a statement stopped by `limit_statement_time`."""
+        ...
+
     # -- transactions: how a write is carried out, its audit events chained and its wake-ups sent
 
     def end_statements(self, tx: Transaction[Connection]) -> None:

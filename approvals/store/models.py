@@ -344,6 +344,7 @@ class AuditEventRow(Base):
         Index("ix_audit_events_subject", "subject_type", "subject_id"),
         Index("ix_audit_events_action_at", "action", "at"),
         Index("ix_audit_events_run_id", "run_id"),
+        Index("ix_audit_events_tool_name_id", "tool_name", "id"),  # audit search by tool, newest first (0024)
     )
 
 
@@ -573,3 +574,77 @@ class CallFollowUpRow(Base):
     step: Mapped[str] = mapped_column(String(20), primary_key=True)
     """`remind` or `escalate`."""
     done_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+# --- Issue 39, part B: signed checkpoints of the audit chain (approvals.audit.checkpoints) ---
+
+
+class AuditCheckpointRow(Base):
+    """A signed statement of the audit chain's head; a copy also lives outside the database (a sink).
+
+    `seq` is the primary key, so two processes cannot both make checkpoint n: the second insert fails.
+    """
+
+    __tablename__ = "audit_checkpoints"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    event_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    """The last event the checkpoint covers (the chain's head when it was made)."""
+    event_hash: Mapped[str] = mapped_column(String(64))
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    key_id: Mapped[str] = mapped_column(String(64))
+    statement: Mapped[str] = mapped_column(Text)
+    """The canonical JSON that was signed, byte for byte."""
+    signature: Mapped[str] = mapped_column(String(128))
+    """Ed25519 signature of `statement`, base64."""
+
+    __table_args__ = (Index("ix_audit_checkpoints_event_id", "event_id"),)
+
+
+# --- Issue 39, part C: audit sinks (approvals.audit.sinks); their event cursors are rows of webhook_cursors ---
+
+
+class AuditSinkCheckpointRow(Base):
+    """How far a sink outside the database (syslog, a webhook) got through the signed checkpoints.
+
+    A directory can be listed to learn which checkpoints it holds; syslog and a webhook cannot
+    be asked, so the last checkpoint each accepted is kept here, and a restart sends the rest.
+    """
+
+    __tablename__ = "audit_sink_checkpoints"
+
+    sink: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """The sink's name, as configured."""
+    last_seq: Mapped[int] = mapped_column(Integer)
+    """The last checkpoint the sink accepted (0: none yet)."""
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- Issue 39, part D: audit retention (approvals.audit.retention): where old events were archived and deleted ---
+
+
+class AuditCutRow(Base):
+    """A cut: the events up to a signed checkpoint's head were written to a bundle, then deleted.
+
+    Verification of what remains starts from the newest cut: the first remaining event must follow
+    its head, and the cut must be the checkpoint it names, signature and all (`statement`, `signature`).
+    """
+
+    __tablename__ = "audit_cuts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    checkpoint_seq: Mapped[int] = mapped_column(Integer, unique=True)
+    event_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    """The last event archived: the checkpoint's head."""
+    event_hash: Mapped[str] = mapped_column(String(64))
+    first_event_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    events: Mapped[int] = mapped_column(Integer)
+    statement: Mapped[str] = mapped_column(Text)
+    """The signed checkpoint at the cut, byte for byte, with its signature: the cut proves itself."""
+    signature: Mapped[str] = mapped_column(String(128))
+    before: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    """The date asked for: events before it were archived, up to the newest checkpoint before it."""
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(200))
+    bundle: Mapped[str] = mapped_column(String(1000))
+    bundle_sha256: Mapped[str] = mapped_column(String(64))

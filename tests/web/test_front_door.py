@@ -15,6 +15,7 @@ import approvals_web
 
 WEB = Path(approvals_web.__file__).parent
 READS = {
+    "audit.audit_event",
     "audit.audit_events",
     "audit.last_audit_event_id",
     "audit.verify_audit",

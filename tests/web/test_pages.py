@@ -25,6 +25,7 @@ from approvals.engines.native.messages import ModelRequest, ModelResponse, TextP
 from approvals.engines.native.models import TestModel
 from approvals.store import Actor
 from approvals.store.models import ToolCallRow
+from approvals_web.pages import audit as audit_page
 from approvals_web.pages import forms, views
 from approvals_web.pages import inbox as pages
 
@@ -703,14 +704,14 @@ async def test_audit_log_filters_exports_and_chain_badge(web: WebApp, tmp_path: 
 
 
 async def test_audit_pages_with_a_cursor(web: WebApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "PAGE_SIZE", 3)
+    monkeypatch.setattr(audit_page, "PAGE_SIZE", 3)
     await paused(web, tmp_path)
     client, _ = await web.login("alice")
     first = (await client.get("/audit")).text
-    ids = re.findall(r"<tr>\s*<td>(\d+)</td>", first)
+    ids = re.findall(r'id="event-(\d+)"', first)
     assert len(ids) == 3 and ids == sorted(ids, key=int, reverse=True)
-    older = html.unescape(re.search(r'<a href="(/audit\?after=[^"]+)">Older', first).group(1))  # type: ignore[union-attr]
-    second = re.findall(r"<tr>\s*<td>(\d+)</td>", (await client.get(older)).text)
+    older = html.unescape(re.search(r'<a href="(/audit\?after=[^"]+)" rel="next">Older', first).group(1))  # type: ignore[union-attr]
+    second = re.findall(r'id="event-(\d+)"', (await client.get(older)).text)
     assert second and int(second[0]) < int(ids[-1])
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
+from approvals.audit.signing import load_signing_key
 from approvals.exceptions import ApprovalsError
 from approvals.policy.sandbox import set_condition_budget
 from approvals.service import ApprovalService
@@ -27,16 +28,17 @@ from approvals.worker.follow_ups import FollowUpHealth, run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
 from approvals.worker.supervise import Supervisor
 
-from . import health, metrics
+from . import audit_proof, health, metrics
 from .api import docs, problems
 from .api import routes as api
 from .api import users as users_api
+from .audit_proof import start_checkpoints
 from .auth import LoginRequired
 from .context import AppContext
 from .email_links import routes as email_links
 from .gate import routes as gate
 from .hardening import SecurityMiddleware, reject_nul_in_url
-from .pages import inbox, login, users
+from .pages import audit, inbox, login, users
 from .rules import api as rules_api
 from .rules import pages as rules_pages
 from .settings import Settings
@@ -55,6 +57,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     settings = settings or Settings()
     set_condition_budget(settings.condition_budget)
     configure_tracing()  # OTLP export only when the OTEL_* variables ask for it
+    audit_key = load_signing_key(settings.audit_signing_config())  # issue 39 B: a configured key that fails stops here
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,6 +115,17 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
                         health=follow_up_health,
                     ),
                 )
+                # issue 39 C: every audit event to syslog and a webhook, one cursor and lease per sink (any process)
+                app.state.audit_stream_health = None
+                if settings.audit_sinks().any:
+                    from approvals.audit.stream import AuditStreamHealth, stream_audit
+
+                    audit_stream_health = app.state.audit_stream_health = AuditStreamHealth()
+                    audit_sinks = settings.audit_sinks()
+                    supervisor.start(
+                        "audit-stream", lambda: stream_audit(store, audit_sinks, stop, health=audit_stream_health)
+                    )
+                start_checkpoints(app, settings, db, audit_key, supervisor, stop)  # issue 39 B: signed checkpoints
                 yield
                 stop.set()
         finally:
@@ -149,6 +163,9 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(users_api.router)
     app.include_router(slack.router)
     app.include_router(email_links.router)
+    app.include_router(audit.router)
+    app.include_router(audit_proof.router)
+    app.state.audit_signing_key = audit_key
     app.include_router(inbox.router)
     _install_error_handlers(app)
     return app

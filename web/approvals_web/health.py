@@ -67,6 +67,12 @@ async def readyz(context: ContextDep, request: Request) -> JSONResponse:
     deliverer = getattr(request.app.state, "deliverer_health", None)
     if isinstance(deliverer, DelivererHealth):
         body["deliverer"] = deliverer.summary()
+    audit_stream = getattr(request.app.state, "audit_stream_health", None)  # issue 39 C: the audit log's sinks
+    if audit_stream is not None and hasattr(audit_stream, "sinks"):
+        body["audit_sinks"] = audit_stream.sinks()  # reported, never unready: a SIEM that is down catches up later
+    checkpointer = getattr(request.app.state, "checkpointer", None)  # issue 39 B: signed checkpoints, when signing
+    if checkpointer is not None:
+        body["audit_checkpoints"] = checkpointer.health.summary()  # reported: the chain is kept either way
     follow_ups = getattr(request.app.state, "follow_up_health", None)
     if isinstance(follow_ups, FollowUpHealth):
         body["follow_ups"] = follow_ups.summary()

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
 
 from approvals.engines.gate import API_ENGINES, HOOK_ENGINES
+from approvals.store.audit_sinks import SinkLag, sink_lags
 from approvals.store.errors import describe, is_transient
 from approvals.store.metrics_queries import BUCKETS, Histogram, MetricsSnapshot, read_metrics
 
@@ -129,4 +130,33 @@ async def metrics(request: Request) -> Response:
         snapshot = None
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
+    if snapshot is not None:  # issue 39 C: the audit log's sinks, from their cursors (AuditSinkCollector below)
+        try:
+            registry.register(AuditSinkCollector(await sink_lags(context.db)))
+        except (SQLAlchemyError, OSError) as exc:
+            logger.warning("metrics: audit sink lag not read: %s", exc)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+# --- Issue 39, part C: the audit log's sinks (syslog, webhook) ---
+
+
+class AuditSinkCollector(Collector):
+    """Each audit sink's lag behind the log's head, in events and seconds, and its failed tries in a row."""
+
+    def __init__(self, lags: list[SinkLag]) -> None:
+        self.lags = lags
+
+    def collect(self) -> Iterator[Metric]:
+        events = GaugeMetricFamily("approvals_audit_sink_lag_events", "Audit events not yet delivered", labels=["sink"])
+        seconds = GaugeMetricFamily(
+            "approvals_audit_sink_lag_seconds", "Age of the oldest audit event not yet delivered", labels=["sink"]
+        )
+        failures = GaugeMetricFamily(
+            "approvals_audit_sink_failures", "Failed tries in a row of the sink's next event", labels=["sink"]
+        )
+        for lag in self.lags:
+            events.add_metric([lag.name], lag.events)
+            seconds.add_metric([lag.name], lag.seconds)
+            failures.add_metric([lag.name], lag.failures)
+        yield from (events, seconds, failures)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from approvals.audit.checkpoints import CheckpointConfig
+from approvals.audit.signing import SigningConfig
+from approvals.audit.sinks import AuditSinkSettings, SyslogSinkSettings, WebhookSinkSettings
 from approvals.channels.settings import (
     DEFAULT_SLACK_API_URL,
     FollowUpDefaults,
@@ -181,4 +185,81 @@ class Settings(BaseSettings):
                 escalate_after=self.escalate_after,
                 escalate_to=tuple(self.escalate_to),
             ),
+        )
+
+    # --- Issue 39, part C: streaming the audit log to syslog and a webhook (approvals.audit.sinks) ---
+    audit_syslog_host: str | None = None
+    """A syslog receiver (rsyslog, syslog-ng, a SIEM's collector): turns on streaming every audit event to it."""
+    audit_syslog_port: int = Field(default=6514, ge=1, le=65535)
+    audit_syslog_tls: bool = True
+    """TLS (RFC 5425) to the receiver; turn off only for a receiver on a private network (plain TCP, RFC 6587)."""
+    audit_syslog_ca_file: str | None = None
+    """The CA that signed the receiver's certificate (PEM); by default the system's CAs."""
+    audit_syslog_cert_file: str | None = None
+    """A client certificate (PEM), for receivers that ask for one."""
+    audit_syslog_key_file: str | None = Field(default=None, repr=False)
+    audit_webhook_url: str | None = None
+    """A URL that receives every audit event (and checkpoint) as a signed JSON POST."""
+    audit_webhook_secret: str | None = Field(default=None, repr=False)
+    """Signs the audit webhook's POSTs (`X-Approvals-Signature`); required with `audit_webhook_url`."""
+    audit_sink_start: Literal["beginning", "head"] = "beginning"
+    """Where a new sink's copy starts: the whole log, or only events after it was added."""
+
+    @model_validator(mode="after")
+    def _audit_sinks_complete(self) -> Settings:
+        if self.audit_webhook_url and not self.audit_webhook_secret:
+            raise ValueError(
+                "APPROVALS_AUDIT_WEBHOOK_URL needs APPROVALS_AUDIT_WEBHOOK_SECRET: its receiver must trust it"
+            )
+        if self.audit_syslog_cert_file and not self.audit_syslog_key_file:
+            raise ValueError("APPROVALS_AUDIT_SYSLOG_CERT_FILE needs APPROVALS_AUDIT_SYSLOG_KEY_FILE")
+        return self
+
+    def audit_sinks(self) -> AuditSinkSettings:
+        """The audit log's sinks as the core takes them."""
+        syslog: tuple[SyslogSinkSettings, ...] = ()
+        if self.audit_syslog_host:
+            syslog = (
+                SyslogSinkSettings(
+                    host=self.audit_syslog_host,
+                    port=self.audit_syslog_port,
+                    tls=self.audit_syslog_tls,
+                    ca_file=self.audit_syslog_ca_file,
+                    cert_file=self.audit_syslog_cert_file,
+                    key_file=self.audit_syslog_key_file,
+                ),
+            )
+        webhooks: tuple[WebhookSinkSettings, ...] = ()
+        if self.audit_webhook_url:
+            webhooks = (WebhookSinkSettings(url=self.audit_webhook_url, secret=self.audit_webhook_secret),)
+        return AuditSinkSettings(syslog=syslog, webhooks=webhooks, start=self.audit_sink_start)
+
+    # --- Issue 39, part B: signed checkpoints of the audit log (approvals.audit.checkpoints) ---
+    audit_signing: bool = False
+    """Require audit checkpoints to be signed: without a usable key the app refuses to start."""
+    audit_signing_key_file: str | None = None
+    """The Ed25519 private key (PEM) that signs checkpoints (`approvals audit keygen --out FILE`); turns signing on."""
+    audit_signing_key: str | None = Field(default=None, repr=False)
+    """The key itself (PEM, or base64 of its 32-byte seed), for secret stores that set variables; turns signing on."""
+    audit_checkpoint_events: int = Field(default=1000, ge=1)
+    """Sign a checkpoint once this many audit events are not covered by one."""
+    audit_checkpoint_interval: Duration = 600.0
+    """And at least this often while any event is not covered (seconds, or 10m, 1h); empty: by count only."""
+    audit_checkpoint_dir: str | None = None
+    """A directory outside the database (mounted or synced object storage) that gets a file per checkpoint."""
+
+    def audit_signing_config(self) -> SigningConfig:
+        """Where the signing key comes from; a checkpoint directory asks for signing too."""
+        return SigningConfig(
+            key_file=Path(self.audit_signing_key_file) if self.audit_signing_key_file else None,
+            key_text=self.audit_signing_key,
+            required=self.audit_signing or bool(self.audit_checkpoint_dir),
+        )
+
+    def audit_checkpoint_config(self) -> CheckpointConfig:
+        """When checkpoints are made and where their files go."""
+        return CheckpointConfig(
+            every_events=self.audit_checkpoint_events,
+            interval=self.audit_checkpoint_interval or float("inf"),
+            directory=Path(self.audit_checkpoint_dir) if self.audit_checkpoint_dir else None,
         )

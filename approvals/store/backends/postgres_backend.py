@@ -57,6 +57,10 @@ CHAIN_CHUNK = 50
 compiles nesting recursively (a rules file of a few hundred rules is one transaction)."""
 
 
+QUERY_CANCELED = "57014"
+"""PostgreSQL's SQLSTATE for a statement stopped by `statement_timeout`."""
+
+
 class PostgresBackend:
     """`Backend` for PostgreSQL."""
 
@@ -85,6 +89,12 @@ class PostgresBackend:
 
     def seconds_between(self, start: Any, end: Any) -> ColumnElement[float]:
         return cast(ColumnElement[float], func.extract("epoch", end - start))
+
+    async def limit_statement_time(self, session: AsyncSession, milliseconds: int) -> None:
+        await session.execute(text(f"SET LOCAL statement_timeout = {int(milliseconds)}"))
+
+    def timed_out(self, error: BaseException) -> bool:
+        return getattr(getattr(error, "orig", None), "sqlstate", None) == QUERY_CANCELED
 
     def end_statements(self, tx: Transaction[Connection]) -> None:
         for statement in _ending(tx.events, tx.announcements):

@@ -70,6 +70,12 @@ class SQLiteBackend:
     def seconds_between(self, start: Any, end: Any) -> ColumnElement[float]:
         return (func.julianday(end) - func.julianday(start)) * 86400.0
 
+    async def limit_statement_time(self, session: AsyncSession, milliseconds: int) -> None:
+        return None
+
+    def timed_out(self, error: BaseException) -> bool:
+        return False
+
     def end_statements(self, tx: Transaction[Connection]) -> None:
         write_chained(tx.session, tx.events)
 

@@ -18,6 +18,8 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Reques
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from approvals.audit.reading import tell
+from approvals.audit.search import parse_query
 from approvals.audit_csv import CSV_COLUMNS, csv_row
 from approvals.calls.states import CallStatus, RunStatus
 from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
@@ -164,8 +166,20 @@ class AuditFilters(BaseModel):
     agent: Name | None = None
     tool: Name | None = None
     run: Name | None = Field(None, description="A run id.")
+    by: Literal["person", "service", "rule", "system"] | None = Field(
+        None, description="Who acted: a person, a service (an API token), a rule, or the system (a worker)."
+    )
+    verdict: Literal["approved", "edited", "denied", "answered", "expired"] | None = Field(
+        None, description="Decisions of this verdict (`approved` includes edits)."
+    )
+    engine: Name | None = Field(None, description="Events of runs of this engine.")
+    rule: Name | None = Field(None, description="Events a rule made, about it, or naming it.")
+    channel: Name | None = Field(None, description="Decisions made on this channel: `web`, `api`, `slack`, `email`.")
+    text: Name | None = Field(None, description="Text in the event's details or its call's arguments.")
 
     def store_filters(self) -> dict[str, Any]:
+        """The filters as the store takes them; the newer ones through the audit search's one parser."""
+        named = {"by": self.by, "verdict": self.verdict, "engine": self.engine, "rule": self.rule}
         return {
             "since": self.since,
             "until": self.until,
@@ -174,6 +188,7 @@ class AuditFilters(BaseModel):
             "agent_name": self.agent,
             "tool_name": self.tool,
             "run_id": self.run,
+            "query": parse_query({**named, "channel": self.channel, "text": self.text}),
         }
 
 
@@ -395,7 +410,7 @@ async def list_audit(
     page = await context.store.audit.audit_events(
         **filters.store_filters(), after=checked_cursor(filters.after, int), limit=filters.limit
     )
-    return AuditPage(items=[AuditEventOut.model_validate(e) for e in page.items], next_cursor=page.next_cursor)
+    return AuditPage(items=await _told(context.store, page.items), next_cursor=page.next_cursor)
 
 
 @router.get(
@@ -414,7 +429,7 @@ async def list_audit(
                 "application/x-ndjson": {"schema": {"type": "string"}},
             },
         },
-        **errors(401, 422),
+        **errors(400, 401, 422),
     },
 )
 async def export_audit(
@@ -425,8 +440,9 @@ async def export_audit(
 ) -> StreamingResponse:
     media_type = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson"
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    asked = filters.store_filters()  # bad filters are a 400 now, not a stream cut off once it began
     return StreamingResponse(
-        _export(context.store, filters, format),
+        _export(context.store, asked, format),
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="audit-{stamp}.{format}"'},
     )
@@ -437,23 +453,33 @@ async def verify_audit(actor: AuditReadAPI, context: ContextDep) -> AuditVerific
     return AuditVerificationOut.model_validate(await context.store.audit.verify_audit())
 
 
-async def _export(store: Store, filters: AuditFilters, format: Literal["csv", "jsonl"]) -> AsyncIterator[str]:
+async def _export(store: Store, filters: dict[str, Any], format: Literal["csv", "jsonl"]) -> AsyncIterator[str]:
     head = await store.audit.last_audit_event_id()
     after: str | None = None
     if format == "csv":
         yield _csv_lines([CSV_COLUMNS])
     while True:
-        page = await store.audit.audit_events(**filters.store_filters(), after=after, limit=1_000, newest_first=False)
+        page = await store.audit.audit_events(**filters, after=after, limit=1_000, newest_first=False)
         rows = [row for row in page.items if row.id <= head]
         if rows:
-            yield _csv_lines(csv_row(r) for r in rows) if format == "csv" else _jsonl(rows)
+            told = await _told(store, rows)
+            pairs = zip(rows, told, strict=True)
+            yield _csv_lines(csv_row(r, e.summary or "") for r, e in pairs) if format == "csv" else _jsonl(told)
         if page.next_cursor is None or len(rows) < len(page.items):
             return
         after = page.next_cursor
 
 
-def _jsonl(rows: list[AuditEvent]) -> str:
-    return "".join(AuditEventOut.model_validate(row).model_dump_json() + "\n" for row in rows)
+async def _told(store: Store, rows: Sequence[AuditEvent]) -> list[AuditEventOut]:
+    """Events as the API gives them, each with its sentence (`approvals.audit.sentences`)."""
+    return [
+        AuditEventOut.model_validate(told.event).model_copy(update={"summary": told.sentence})
+        for told in await tell(store.audit, rows)
+    ]
+
+
+def _jsonl(events: list[AuditEventOut]) -> str:
+    return "".join(event.model_dump_json() + "\n" for event in events)
 
 
 def _csv_lines(rows: Iterable[Sequence[str]]) -> str:

@@ -453,6 +453,8 @@ class AuditEventOut(FromRow):
     details: Any
     prev_hash: str
     hash: str
+    summary: str | None = None
+    """The event as one sentence (`approvals.audit.sentences`), as the audit page says it."""
 
 
 class AuditPage(BaseModel):

@@ -1,4 +1,4 @@
-"""The reviewer's HTML pages: inbox, call detail with its decisions, runs and the audit log.
+"""The reviewer's HTML pages: inbox, call detail with its decisions and runs (the audit log is `pages.audit`).
 
 Handlers parse the request, call the service or the store, and render. A request from
 htmx (`HX-Request`) gets the fragment of the widget it changed, rendered from the same
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
 from approvals.calls.actors import Actor
@@ -600,65 +600,3 @@ async def cancel_run(
     if not is_htmx(request):
         return see_other(f"/runs/{run_id}")
     return await _run_page(request, context, actor, run_id)
-
-
-# --- audit log -----------------------------------------------------------------------------
-
-
-def _time(value: str, name: str) -> dt.datetime | None:
-    """A `datetime-local` value (or any ISO time); times without a zone are UTC."""
-    if not value.strip():
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise UserError(f"{name} must be a date and time like 2025-01-31T14:00, not {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-@router.get("/audit")
-async def audit(
-    request: Request,
-    actor: ViewerPage,
-    context: ContextDep,
-    since: str = "",
-    until: str = "",
-    who: Annotated[str, Query(alias="actor")] = "",
-    action: str = "",
-    agent: str = "",
-    tool: str = "",
-    after: str | None = None,
-) -> Response:
-    filters = {"since": since, "until": until, "actor": who, "action": action, "agent": agent, "tool": tool}
-    page = await context.store.audit.audit_events(
-        since=_time(since, "since"),
-        until=_time(until, "until"),
-        actor=who or None,
-        action=action or None,
-        agent_name=agent or None,
-        tool_name=tool or None,
-        after=after,
-        limit=PAGE_SIZE,
-    )
-    shown = _set_filters(filters)
-    return render_page(
-        request,
-        "audit.html",
-        {
-            "events": [
-                (event, json.dumps(event.details, ensure_ascii=False, sort_keys=True), views.audit_rule(event))
-                for event in page.items
-            ],
-            "filters": filters,
-            **_paging("/audit", shown, after, page.next_cursor),
-            "csv_url": "/api/audit/export?" + urlencode({**shown, "format": "csv"}),
-            "jsonl_url": "/api/audit/export?" + urlencode({**shown, "format": "jsonl"}),
-        },
-    )
-
-
-@router.get("/audit/verify")
-async def audit_verify(request: Request, actor: ViewerPage, context: ContextDep) -> Response:
-    """The hash chain's state; the audit page loads it after rendering, since it reads every event."""
-    verification = await context.store.audit.verify_audit()
-    return render_page(request, "audit_verify.html", {"verification": verification}, block="verify")

@@ -38,7 +38,8 @@ What a new engine's author writes, and nothing else they touch:
 
 1. `approvals/engines/<name>/engine.py`: the engine. For a per-message history, a
    `HistoryEngine` subclass (`approvals.engines.history_engine`: `name`, `codec`, `adopt`);
-   for a snapshot or checkpointer, a class implementing `ResumableEngine` below.
+   for a snapshot, a `SnapshotEngine` subclass (`approvals.engines.snapshot_engine`: `name`,
+   `codec`, `adopt`, `resume`), as LangGraph, OpenAI Agents and LlamaIndex are.
 2. `approvals/engines/<name>/_history.py`: its `HistoryCodec` (its messages as JSON under its
    own format id, and read into the view model).
 3. `approvals/engines/<name>/agent.py`, when the framework's agent needs a wrapper to run with

@@ -13,7 +13,7 @@ LangChain's JSON (`_history`), is what the run page, the audit and the worker re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pydantic_core
@@ -22,14 +22,15 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from ...calls.engines import EngineKind, HistoryCodec
+from ...calls.engines import HistoryCodec
 from ...calls.tools import DeferredToolRequests
 from ...calls.verdicts import Approve, EditAndApprove
 from ...exceptions import ApprovalsError, ToolRetryError, UserError
-from ..history import call_outcomes, pending_tool_calls
+from ..history import pending_tool_calls
 from ..history_engine import FunctionCodec
 from ..resume_rules import bind, deferred_call
-from ..seam import CallOutcomes, Completed, Paused, RunEnd, RunHooks, StateKind, Turn
+from ..seam import Completed, Paused, RunEnd, RunHooks, Turn
+from ..snapshot_engine import SnapshotEngine
 from ..view import ToolCallPart
 from . import _history
 from ._asks import Ask, asks_of, resume_map
@@ -51,12 +52,10 @@ class LangGraphRunError(ApprovalsError):
     """The graph raised (a tool's error, a recursion limit): the run fails with its words."""
 
 
-class LangGraphEngine:
+class LangGraphEngine(SnapshotEngine):
     """Compiled LangGraph graphs, wrapped in `LangGraphAgent`, resumed from the run's checkpoint document."""
 
     name = "langgraph"
-    kind = EngineKind.RESUMABLE
-    state = StateKind.SNAPSHOT
     codec: HistoryCodec = FunctionCodec(
         LANGGRAPH_FORMAT,
         _history.dump_message,
@@ -82,11 +81,6 @@ class LangGraphEngine:
         pending = pending_tool_calls(self.codec.view(history[start:]))
         asked = unwrap(history[start]).additional_kwargs.get(ASKED)
         return [call_id for call_id in pending if not isinstance(asked, list) or call_id in asked]
-
-    def outcomes(self, messages: Sequence[Any], executing: Collection[str]) -> CallOutcomes:
-        if not executing or not messages:
-            return {}
-        return call_outcomes(self.codec.view(messages), executing)
 
     async def resume(self, agent: Any, turn: Turn, hooks: RunHooks) -> RunEnd:
         graph_agent = cast(LangGraphAgent, agent)

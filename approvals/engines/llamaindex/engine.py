@@ -10,15 +10,14 @@ with LlamaIndex's own `wait_for_event`; a turn is run by `_turn`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from typing import Any
 
 from llama_index.core.agent.workflow import AgentWorkflow, BaseWorkflowAgent
 
-from ...calls.engines import EngineKind, HistoryCodec
-from ..history import call_outcomes, pending_tool_calls
+from ...calls.engines import HistoryCodec
 from ..history_engine import FunctionCodec
-from ..seam import CallOutcomes, RunEnd, RunHooks, StateKind, Turn
+from ..seam import RunEnd, RunHooks, Turn
+from ..snapshot_engine import SnapshotEngine
 from . import _history
 from ._history import LLAMAINDEX_FORMAT
 from ._turn import run_turn
@@ -27,12 +26,10 @@ from .agent import LlamaIndexAgent
 __all__ = ("LLAMAINDEX_FORMAT", "LlamaIndexEngine", "engine")
 
 
-class LlamaIndexEngine:
+class LlamaIndexEngine(SnapshotEngine):
     """LlamaIndex agents (`FunctionAgent`, `AgentWorkflow`) wrapped in `LlamaIndexAgent`, resumed from their context."""
 
     name = "llamaindex"
-    kind = EngineKind.RESUMABLE
-    state = StateKind.SNAPSHOT
     codec: HistoryCodec = FunctionCodec(
         LLAMAINDEX_FORMAT,
         _history.dump_message,
@@ -49,14 +46,6 @@ class LlamaIndexEngine:
         if isinstance(candidate, BaseWorkflowAgent | AgentWorkflow):
             return LlamaIndexAgent(candidate, name=name)
         return None
-
-    def waiting_on(self, history: Sequence[Any]) -> list[str]:
-        return list(pending_tool_calls(self.codec.view(history)))
-
-    def outcomes(self, messages: Sequence[Any], executing: Collection[str]) -> CallOutcomes:
-        if not executing or not messages:
-            return {}
-        return call_outcomes(self.codec.view(messages), executing)
 
     async def resume(self, agent: Any, turn: Turn, hooks: RunHooks) -> RunEnd:
         return await run_turn(agent, turn, hooks)

@@ -21,7 +21,7 @@ bad call, and the run goes on in the same turn, so the model reads it and tries 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import agents
@@ -29,15 +29,15 @@ import pydantic_core
 from agents import FunctionTool, RunContextWrapper, Runner, RunResult, RunState, ToolApprovalItem
 from agents.exceptions import AgentsException
 
-from ...calls.engines import EngineKind, HistoryCodec
+from ...calls.engines import HistoryCodec
 from ...calls.tools import DeferredToolRequests
 from ...calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verdict
 from ...exceptions import ApprovalsError, InvalidDeferredResults, ToolRetryError, UserError
-from ..history import call_outcomes, pending_tool_calls
 from ..history_engine import FunctionCodec
 from ..native.tools import args_digest
 from ..resume_rules import bind, deferred_call
-from ..seam import CallOutcomes, Completed, Paused, RunEnd, RunHooks, StateKind, Turn
+from ..seam import Completed, Paused, RunEnd, RunHooks, Turn
+from ..snapshot_engine import SnapshotEngine
 from ..view import ToolCallPart
 from . import _history
 from ._history import OPENAI_AGENTS_FORMAT, AgentsItem
@@ -70,12 +70,10 @@ class EditNotSupported(ApprovalsError):
     """A reviewer edited a call's arguments: the OpenAI Agents SDK can only run a call as the model sent it."""
 
 
-class OpenAIAgentsEngine:
+class OpenAIAgentsEngine(SnapshotEngine):
     """OpenAI Agents agents, wrapped in `OpenAIAgentsAgent`; their state is the SDK's `RunState` (a snapshot)."""
 
     name = "openai_agents"
-    kind = EngineKind.RESUMABLE
-    state = StateKind.SNAPSHOT
     cannot_edit: str | None = CANNOT_EDIT
     """Read by `approvals.calls.engines.edit_refusal`: the inbox offers approve, deny and answer, never an edit."""
     codec: HistoryCodec = FunctionCodec(
@@ -94,15 +92,6 @@ class OpenAIAgentsEngine:
         if isinstance(candidate, agents.Agent):
             return OpenAIAgentsAgent(candidate, name=name)
         return None
-
-    def waiting_on(self, history: Sequence[Any]) -> list[str]:
-        """The calls of the history's last response without an output yet."""
-        return list(pending_tool_calls(self.codec.view(history)))
-
-    def outcomes(self, messages: Sequence[Any], executing: Collection[str]) -> CallOutcomes:
-        if not executing or not messages:
-            return {}
-        return call_outcomes(self.codec.view(messages), executing)
 
     async def resume(self, agent: Any, turn: Turn, hooks: RunHooks) -> RunEnd:
         wrapped = cast(OpenAIAgentsAgent, agent)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..engines.seam import Tally
 
-__all__ = ("HistoryCache",)
+__all__ = ("HistoryCache", "MessageCount")
 
 Message = Any
 """A stored message, in its engine's own types."""
@@ -55,3 +56,15 @@ class HistoryCache:
         self._runs.move_to_end(run_id)
         while len(self._runs) > self.max_runs:
             self._runs.popitem(last=False)
+
+
+@dataclass
+class MessageCount:
+    """The tally of a history whose engine counts nothing but its messages: a `SNAPSHOT` engine, whose framework
+    keeps its totals in its own document. Holding its history saves the claim reading and parsing it again."""
+
+    run_id: str
+    count: int
+
+    def add_all(self, messages: Sequence[Message]) -> None:
+        self.count += len(messages)

@@ -59,7 +59,7 @@ from ..logs import with_run
 from ..store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from ..store.errors import describe, is_transient
 from ..store.models import RunRow
-from .history_cache import HistoryCache
+from .history_cache import HistoryCache, MessageCount
 
 __all__ = (
     "DEFAULT_LEASE_SECONDS",
@@ -437,6 +437,8 @@ class Resumer:
                 await stored.pause(remaining, end.requests, end.snapshot)
                 if end.tally is not None:
                     self.histories.keep(run_id, end.messages, end.tally)
+                elif stored.engine is not None and stored.engine.state is StateKind.SNAPSHOT:
+                    self.histories.keep(run_id, end.messages, MessageCount(run_id, len(end.messages)))
                 names = ", ".join(call.tool_name for call in end.requests.approvals)
                 logger.info("run %s (%s) paused: waiting for a person on %s", run_id, claimed.agent_name, names)
                 return

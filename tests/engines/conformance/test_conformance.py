@@ -112,6 +112,22 @@ async def test_an_engine_that_cannot_run_edits_refuses_them_and_offers_the_rest(
     assert await driver.told(run_id) == [REFUNDED]
 
 
+async def test_the_worker_that_paused_a_run_resumes_it_from_the_history_it_holds(driver: Driver) -> None:
+    run_id = await driver.start(LOOKUP, REFUND, REFUND)
+    warm = driver.worker("warm")  # with the agent `start` registered
+    assert await warm.resume(run_id) is None  # nothing ready: the run waits on its first refund
+    (call,) = await driver.calls(run_id)
+    await driver.store.calls.decide(call.id, Approve(), actor=ALICE)
+    assert await warm.resume(run_id) == run_id  # the cold worker paused it: this one reads the history whole
+    _, second = await driver.calls(run_id)
+    assert run_id in warm.histories.known()  # it paused the run again, and holds what it stored
+    await driver.store.calls.decide(second.id, Approve(), actor=ALICE)
+    assert await warm.resume(run_id) == run_id  # from what it holds: the claim sends only what is newer
+    assert await driver.told(run_id) == [Told("result", "lookup_order", "order A-1: 2 items"), REFUNDED, REFUNDED]
+    assert driver.logged() == ["lookup A-1", "refund A-1 5", "refund A-1 5"]
+    assert (await driver.run(run_id)).message_count == len(await driver.store.runs.load_history(run_id))
+
+
 async def test_a_denials_reason_reaches_the_model_and_the_tool_never_runs(driver: Driver) -> None:
     run_id = await driver.start(REFUND)
     (call,) = await driver.calls(run_id)

@@ -1,9 +1,9 @@
 """A compliance reviewer in Chromium: "what did alice approve last week?" in one click, then the call's story,
-each line linking to its event and its hash. Screenshots go to /work/notes/screens39/ (APPROVALS_SCREENS39)."""
+each line linking to its event and its hash. Screenshots go where the `screenshots` fixture says (docs/ with
+APPROVALS_UPDATE_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -12,15 +12,13 @@ from playwright.sync_api import Page, expect
 from ..audit.sentences_scenario import a_day
 from ..live_server import LiveServer
 
-SCREENS = Path(os.environ.get("APPROVALS_SCREENS39", "/work/notes/screens39"))
-
 
 def test_a_reviewer_answers_what_alice_approved_last_week_and_reads_the_story(
-    server: LiveServer, page: Page, tmp_path: Path
+    server: LiveServer, page: Page, tmp_path: Path, screenshots: Path
 ) -> None:
     calls = server.call(a_day(server.store, tmp_path / "log", native=False))
     backend = "postgresql" if server.store.backend.name == "postgresql" else "sqlite"
-    shots = SCREENS if SCREENS.parent.exists() else tmp_path
+    shots = screenshots / "audit-review"
     shots.mkdir(exist_ok=True)
 
     server.login(page, "alice")

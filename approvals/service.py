@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeAlias, TypeVar
@@ -42,7 +42,9 @@ from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
 from .store import RUNS_CHANNEL, Actor, DryRun, LoginAttempt, Store
 from .store.email_links import LinkProblem, link_problem
 from .store.errors import is_transient
-from .store.models import AuditEventRow, DecisionRow, EmailLinkRow, RunRow, ToolCallRow, UserRow
+from .store.models import AuditEventRow, DecisionRow, EmailLinkRow, RunRow, ScimGroupRow, ToolCallRow, UserRow
+from .store.people.identities import ProviderLogin
+from .store.people.provisioning import ProvisionedUser
 from .store.queries import ReviewFacts
 from .store.reviewer_identity import actor_for
 from .worker.resumer import AgentRegistry, Resumer
@@ -59,6 +61,7 @@ __all__ = (
     "LinkRefusal",
     "LinkUsed",
     "Login",
+    "ProvisionedGroup",
     "Run",
     "RunStory",
     "User",
@@ -76,6 +79,8 @@ User: TypeAlias = UserRow
 """An inbox user: role, groups, contact."""
 EmailLink: TypeAlias = EmailLinkRow
 """A single-use link in a notification e-mail."""
+ProvisionedGroup: TypeAlias = ScimGroupRow
+"""A group an identity provider made over SCIM: its id and name (members are the users naming it)."""
 
 logger = logging.getLogger("approvals.service")
 T = TypeVar("T")
@@ -464,6 +469,60 @@ class ApprovalService:
     async def set_user_contact(self, username: str, *, actor: Actor, **changes: str | None) -> User:
         """Set a user's e-mail and Slack member id (`email`, `slack_user_id`; None removes one)."""
         return await self.store.people.set_user_contact(username, actor=actor, **changes)
+
+    # -- sign-in with an identity provider, and its provisioning (SCIM) -----------------------
+
+    async def provider_login(self, login: ProviderLogin, *, max_age: int, previous: str | None) -> tuple[User, str]:
+        """A provider's verified sign-in: the user made or refreshed from its claims, and a session opened for them
+        (`previous` closed); a `SignInRefused` when the claims map to no role or the user is disabled."""
+        user = await self.store.people.provider_login(login)
+        if previous:
+            await self.store.people.close_session(previous)
+        return user, await self.store.people.open_session(user.username, max_age=max_age)
+
+    async def record_sign_in_failure(self, provider: str, issuer: str, reason: str) -> None:
+        """Audit a sign-in the provider's answer did not complete (a replayed state, a bad token)."""
+        await self.store.people.record_sign_in_failure(provider, issuer, reason)
+
+    async def save_sign_in_state(self, key: str, value: str, expires_in: int) -> None:
+        """Keep a sign-in's state, nonce and PKCE verifier until its callback, in the database (any process)."""
+        await self.store.people.save_sign_in_state(key, value, expires_in)
+
+    async def take_sign_in_state(self, key: str) -> str | None:
+        """A sign-in's kept state, removed as it is read: a replayed callback finds nothing."""
+        return await self.store.people.take_sign_in_state(key)
+
+    async def drop_sign_in_state(self, key: str) -> bool:
+        return await self.store.people.drop_sign_in_state(key)
+
+    async def provision_user(self, wanted: ProvisionedUser, *, role: str, actor: Actor) -> User:
+        return await self.store.people.provision_user(wanted, role=role, actor=actor)
+
+    async def replace_user(self, user_id: int, wanted: ProvisionedUser, *, actor: Actor) -> User:
+        """A provisioned user as the provider now says (deactivation takes away sessions, tokens, links, approvals)."""
+        return await self.store.people.replace_user(user_id, wanted, actor=actor)
+
+    async def delete_provisioned_user(self, user_id: int, *, actor: Actor) -> None:
+        await self.store.people.delete_provisioned_user(user_id, actor=actor)
+
+    async def provision_group(
+        self, name: str, *, external_id: str | None, members: Iterable[int], actor: Actor
+    ) -> ProvisionedGroup:
+        return await self.store.people.provision_group(name, external_id=external_id, members=members, actor=actor)
+
+    async def replace_group(
+        self, group_id: int, name: str, *, external_id: str | None, members: Iterable[int], actor: Actor
+    ) -> ProvisionedGroup:
+        return await self.store.people.replace_group(
+            group_id, name, external_id=external_id, members=members, actor=actor
+        )
+
+    async def delete_group(self, group_id: int, *, actor: Actor) -> None:
+        await self.store.people.delete_group(group_id, actor=actor)
+
+    async def record_scim_refusal(self, actor_id: str, endpoint: str, details: dict[str, Any]) -> None:
+        """Audit a provisioning request refused as bad or not allowed: nothing else of it is written."""
+        await self.store.people.record_scim_refusal(actor_id, endpoint, details)
 
     @staticmethod
     def args_digest(args: dict[str, Any]) -> str:

@@ -319,10 +319,26 @@ _SENTENCES: dict[str, Callable[[_Event], str]] = {
     "user.disabled": _user("disabled"),
     "user.groups_changed": _user("changed the groups of"),
     "user.contact_changed": _user("changed the contact details of"),
+    "user.provisioned": _user("provisioned"),
+    "user.deactivated": _user("deactivated"),
+    "user.reactivated": _user("reactivated"),
+    "user.deleted": _user("deleted"),
+    "user.reprovisioned": _user("updated the provisioned profile of"),
+    "group.provisioned": lambda e: f"{e.who} provisioned group {e.raw.subject_id}",
+    "group.deleted": lambda e: f"{e.who} deleted group {e.raw.subject_id}",
+    "scim.refused": lambda e: (
+        f"{e.who} was refused {e.raw.subject_id} ({e.details.get('status')}: "
+        f"{value_words(e.details.get('detail'), limit=80)})"
+    ),
     "token.created": _token("created"),
     "token.revoked": _token("revoked"),
     "login.locked": _login,
     "login.unlocked": _login,
+    "user.logged_in": lambda e: (
+        f"{e.who} signed in through {e.details.get('provider') or e.details.get('issuer', 'a provider')}"
+    ),
+    "login.refused": lambda e: f"{e.who} was refused sign-in ({e.details.get('reason', 'refused')})",  # issue 40 SSO
+    "login.failed": lambda e: f"a sign-in through {e.raw.subject_id} failed: {e.details.get('reason', '?')}",
 }
 KNOWN_ACTIONS = frozenset(_SENTENCES)
 """Every action with a sentence of its own; `*.refused` of the delivery channels is told too."""

@@ -52,6 +52,7 @@ TOKEN_SCOPES = (
     "rules:read",
     "rules:write",
     "metrics:read",
+    "scim",
 )
 """What a token can be limited to; each API route needs one of them besides its role."""
 

@@ -364,6 +364,8 @@ class UserRow(Base):
     """Where calls routed to the user are mailed (lowercase); also maps a Slack user whose verified e-mail it is."""
     slack_user_id: Mapped[str | None] = mapped_column(String(40), unique=True)
     """The Slack member id (`U…`) linked to this user by an admin or by the user: their clicks in Slack are theirs."""
+    external_id: Mapped[str | None] = mapped_column(String(200), unique=True)  # SCIM externalId (issue 40)
+    scim_profile: Mapped[Any] = mapped_column(JsonValue, nullable=True)  # SCIM attributes kept as sent (issue 40)
 
 
 class ApiTokenRow(Base):
@@ -648,3 +650,50 @@ class AuditCutRow(Base):
     actor: Mapped[str] = mapped_column(String(200))
     bundle: Mapped[str] = mapped_column(String(1000))
     bundle_sha256: Mapped[str] = mapped_column(String(64))
+
+
+# --- Issue 40, single sign-on (approvals.store.people.identities): provider identities and sign-ins under way ---
+
+
+class UserIdentityRow(Base):
+    """A user as an OpenID provider knows them: (issuer, subject) names one user, for good."""
+
+    __tablename__ = "user_identities"
+    __table_args__ = (UniqueConstraint("issuer", "subject", name="uq_user_identities_issuer_subject"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    issuer: Mapped[str] = mapped_column(String(500))
+    subject: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_login_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class OidcStateRow(Base):
+    """A sign-in between the redirect and the callback (state, nonce, PKCE verifier); the callback deletes it."""
+
+    __tablename__ = "oidc_states"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+# --- Issue 40, SCIM provisioning (approvals.store.people.provisioning): the groups a provider created ---
+
+
+class ScimGroupRow(Base):
+    """A group an identity provider created: its stable SCIM id and `externalId`.
+
+    Membership is not here: it is each user's `groups` list, the one routing reads; this row
+    only lets a group exist (and keep its id) while nobody is in it.
+    """
+
+    __tablename__ = "scim_groups"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    external_id: Mapped[str | None] = mapped_column(String(200), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -41,8 +41,10 @@ from .hardening import SecurityMiddleware, reject_nul_in_url
 from .pages import audit, inbox, login, users
 from .rules import api as rules_api
 from .rules import pages as rules_pages
+from .scim import router as scim_router
 from .settings import Settings
 from .slack import routes as slack
+from .sso import routes as sso_routes
 from .telemetry import configure_tracing
 from .templating import render
 
@@ -154,6 +156,8 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
     app.include_router(metrics.router)
     app.include_router(docs.router)
     app.include_router(login.router)
+    app.include_router(sso_routes.router)
+    app.include_router(scim_router)
     app.include_router(api.router)
     app.include_router(gate.router)
     app.include_router(gate.hooks_router)

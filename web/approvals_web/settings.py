@@ -27,6 +27,8 @@ from approvals.policy.sandbox import DEFAULT_BUDGET
 from approvals.store.accounts import check_groups
 from approvals.worker.resumer import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL, DEFAULT_WORKER_CONCURRENCY
 
+from .sso.config import OidcProvider
+
 Duration = Annotated[float | None, BeforeValidator(parse_duration)]
 """Seconds, or a text such as 30m, 4h, 2d; empty: off."""
 
@@ -263,3 +265,20 @@ class Settings(BaseSettings):
             interval=self.audit_checkpoint_interval or float("inf"),
             directory=Path(self.audit_checkpoint_dir) if self.audit_checkpoint_dir else None,
         )
+
+    # --- Issue 40: single sign-on through OpenID Connect providers (approvals_web.sso) ---
+    oidc_providers: list[OidcProvider] = Field(default_factory=list)
+    """The providers people sign in with (JSON list in APPROVALS_OIDC_PROVIDERS); see the README's "Single sign-on"."""
+    local_passwords: bool | None = None
+    """Password logins; by default on without providers and off once any is configured."""
+    local_password_users: list[str] = Field(default_factory=list)
+    """Who may still log in with a password when `local_passwords` is off: the emergency local admin."""
+
+    def password_login_allowed(self, username: str | None = None) -> bool:
+        """Whether the password form is on (for `username`: including the emergency admins)."""
+        allowed = self.local_passwords if self.local_passwords is not None else not self.oidc_providers
+        return allowed or (username is not None and username in self.local_password_users)
+
+    # --- Issue 40: SCIM provisioning (approvals_web.scim) ---
+    scim_default_role: Literal["viewer", "reviewer", "admin"] = "reviewer"
+    """The role of a user a provider creates through SCIM (groups come from the provider's SCIM groups)."""

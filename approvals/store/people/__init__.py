@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from ..logins import LoginOps
 from ..reviewer_identity import IdentityOps
+from .identities import ProviderLoginOps
+from .provisioning import ProvisioningOps
+from .sign_in_states import SignInStateOps
 
 __all__ = ("People",)
 
 
-class People(IdentityOps, LoginOps):
+class People(ProviderLoginOps, SignInStateOps, ProvisioningOps, IdentityOps, LoginOps):
     """Who may sign in, with what, and who they are in each channel."""

@@ -1,0 +1,144 @@
+"""The sign-on tests' counterparts: node-oidc-provider on a free port, and the app configured to use it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import pytest
+import uvicorn
+from joserfc.jwk import RSAKey
+
+from approvals.store import Store
+from approvals_web.app import create_app
+from approvals_web.settings import Settings
+from approvals_web.sso.config import OidcProvider
+
+from ..processes import free_port, wait_until_answering
+
+T = TypeVar("T")
+HERE = Path(__file__).parent
+USERS = {"alice": {"groups": ["eng-oncall", "staff"]}, "bob": {"groups": ["staff"]}, "eve": {"groups": ["visitors"]}}
+
+
+def clis_dir() -> Path:
+    folder = os.environ.get("APPROVALS_CLIS_DIR")
+    if not folder or not (Path(folder) / "node_modules" / "oidc-provider").is_dir():
+        pytest.skip("oidc-provider is not installed: run `make clis` and set APPROVALS_CLIS_DIR")
+    return Path(folder)
+
+
+def new_key(kid: str) -> dict[str, object]:
+    key = RSAKey.generate_key(2048, parameters={"kid": kid, "use": "sig", "alg": "RS256"}, private=True)
+    return dict(key.as_dict(private=True))
+
+
+@dataclass
+class Provider:
+    port: int
+    folder: Path
+    app_url: str
+    process: subprocess.Popen[bytes] | None = None
+    log: BinaryIO | None = None
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def set_groups(self, user: str, groups: list[str]) -> None:
+        """Change `user`'s groups at the provider: the next sign-in carries them."""
+        users = json.loads((self.folder / "users.json").read_text())
+        users[user] = {"groups": groups}
+        (self.folder / "users.json").write_text(json.dumps(users))
+
+    def start(self, kid: str) -> None:
+        """(Re)start the provider signing with a new key named `kid`: a restart rotates the key."""
+        self.stop()
+        (self.folder / "keys.json").write_text(json.dumps([new_key(kid)]))
+        env = {
+            **os.environ,
+            "PORT": str(self.port),
+            "KEYS": str(self.folder / "keys.json"),
+            "USERS": str(self.folder / "users.json"),
+            "REDIRECT_URI": f"{self.app_url}/sso/test/callback",
+            "POST_LOGOUT_URI": f"{self.app_url}/login",
+        }
+        log = self.folder / "provider.log"
+        self.log = log.open("ab")
+        self.process = subprocess.Popen(
+            ["node", str(self.folder / "provider.mjs")], env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        wait_until_answering(self.process, self.issuer + "/.well-known/openid-configuration", log, seconds=30)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+
+@dataclass
+class App:
+    url: str
+    store: Store
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the app's loop (its store lives there) and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
+
+
+@contextmanager
+def provider_and_app(database_url: str, tmp_path: Path, **provider_settings: object) -> Iterator[tuple[Provider, App]]:
+    """The provider and the app (uvicorn on a free port) configured with it as `test`."""
+    folder = tmp_path / "oidc"
+    folder.mkdir()
+    shutil.copy(HERE / "provider.mjs", folder / "provider.mjs")
+    (folder / "users.json").write_text(json.dumps(USERS))
+    (folder / "node_modules").symlink_to(clis_dir() / "node_modules")
+    app_port = free_port()
+    provider = Provider(port=free_port(), folder=folder, app_url=f"http://127.0.0.1:{app_port}")
+    try:
+        provider.start("key-1")
+        fields = {
+            "name": "test",
+            "display_name": "Test IdP",
+            "issuer": provider.issuer,
+            "client_id": "approvals",
+            "client_secret": "test-secret",
+            "role_map": {"staff": "reviewer"},
+            "group_map": {"eng-oncall": ["oncall"]},
+            **provider_settings,
+        }
+        configured = OidcProvider.model_validate(fields)
+        app = create_app(
+            Settings(database_url=database_url, worker=False, secret_key="sso-test-secret", oidc_providers=[configured])
+        )
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=app_port, log_level="warning"))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            yield provider, App(provider.app_url, app.state.context.store, loop)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=20)
+            loop.close()
+    finally:
+        provider.stop()

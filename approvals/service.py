@@ -46,7 +46,6 @@ from .store.models import AuditEventRow, DecisionRow, EmailLinkRow, RunRow, Scim
 from .store.people.identities import ProviderLogin
 from .store.people.provisioning import ProvisionedUser
 from .store.queries import ReviewFacts
-from .store.reviewer_identity import actor_for
 from .worker.resumer import AgentRegistry, Resumer
 
 __all__ = (
@@ -306,15 +305,15 @@ class ApprovalService:
         except NotFound:
             return EmailLinkRefused(problem=LinkProblem.UNKNOWN, link=link)
         refused = partial(EmailLinkRefused, link=link, call=call)
+        try:
+            actor = await self.store.people.reviewer_actor(await self.store.people.get_user(link.username))
+        except NotFound:
+            actor = None
+        if actor is None:  # before expiry: a deactivated recipient's links expired too, but "expired" would mislead
+            return refused(problem=LinkRefusal.RECIPIENT_GONE)
         problem = link_problem(link, now or clock.now())
         if problem is not None:
             return refused(problem=problem)
-        try:
-            actor = actor_for(await self.store.people.get_user(link.username))
-        except NotFound:
-            actor = None
-        if actor is None:
-            return refused(problem=LinkRefusal.RECIPIENT_GONE)
         if not call.is_open:
             return refused(problem=LinkRefusal.DECIDED)
         if call.current_digest != link.args_digest:

@@ -75,12 +75,15 @@ def serving(
     port: int | None = None,
     users: bool = True,
     graceful_shutdown: int = 2,
+    **settings: Any,
 ) -> Iterator[LiveServer]:
     """The app with `registry`'s agents under uvicorn on `port` (a free one), its in-process worker on, the test
     users created (`users`). On leaving, requests still open get `graceful_shutdown` seconds to end before they are
-    cancelled: a test that leaves one open on purpose (a long poll) need not wait."""
+    cancelled: a test that leaves one open on purpose (a long poll) need not wait. `settings` are more of the app's
+    settings (single sign-on providers, say)."""
     app = create_app(
-        Settings(database_url=database_url, worker=True, secret_key="browser-test-secret"), registry=registry
+        Settings(database_url=database_url, worker=True, secret_key="browser-test-secret", **settings),
+        registry=registry,
     )
     port = port or free_port()
     config = uvicorn.Config(

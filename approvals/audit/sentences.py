@@ -125,8 +125,13 @@ def _approved(e: _Event) -> str:
 
 
 def _via(e: _Event) -> str:
+    """Where a decision came from, and the provider identity behind the person when there is one."""
     channel = e.details.get("channel")
-    return f" via {channel_words(str(channel))}" if channel else ""
+    text = f" via {channel_words(str(channel))}" if channel else ""
+    identity = e.details.get("identity")
+    if isinstance(identity, Mapping) and identity.get("subject") and identity.get("issuer"):
+        text += f" (signed in as {identity['subject']} at {identity['issuer']})"
+    return text
 
 
 def _edited(e: _Event) -> str:
@@ -319,6 +324,7 @@ _SENTENCES: dict[str, Callable[[_Event], str]] = {
     "user.disabled": _user("disabled"),
     "user.groups_changed": _user("changed the groups of"),
     "user.contact_changed": _user("changed the contact details of"),
+    "user.contact_kept": _user("kept the e-mail address of"),
     "user.provisioned": _user("provisioned"),
     "user.deactivated": _user("deactivated"),
     "user.reactivated": _user("reactivated"),

@@ -12,10 +12,22 @@ from dataclasses import dataclass, field
 
 from .states import ROLE_RANK, Role
 
-__all__ = ("SYSTEM", "SYSTEM_ACTOR_ID", "TOKEN_SCOPES", "Actor")
+__all__ = ("SYSTEM", "SYSTEM_ACTOR_ID", "TOKEN_SCOPES", "Actor", "ProviderIdentity")
 
 SYSTEM_ACTOR_ID = "system"
 """Who acts when nobody asked: expiry, crash recovery, a run becoming ready."""
+
+
+@dataclass(frozen=True)
+class ProviderIdentity:
+    """Who an OpenID provider says a person is: its issuer and their subject there, for good."""
+
+    issuer: str
+    subject: str
+
+    def as_details(self) -> dict[str, str]:
+        """How an audit event records it."""
+        return {"issuer": self.issuer, "subject": self.subject}
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,8 @@ class Actor:
     """False for a service token: it belongs to nobody, so its approval would count for nobody."""
     channel: str | None = None
     """Where the actor decides from (`web`, `api`, `slack`, `email`): recorded with a decision for the metrics."""
+    identity: ProviderIdentity | None = None
+    """The provider identity behind a person who signs in through one: recorded with their decisions."""
 
     def can(self, role: Role) -> bool:
         """True when the actor's role is at least `role`."""

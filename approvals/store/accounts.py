@@ -22,6 +22,7 @@ from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.rules import GROUP_NAME
 from ..security import hash_password_async, hash_token, new_token, verify_password_async
 from ._base import StoreBase
+from .linked_identity import latest_identity
 from .logins import revoke_user_sessions
 from .models import ApiTokenRow, UserRow
 from .run_plan import utcnow
@@ -244,9 +245,10 @@ class AccountOps(StoreBase):
                     .where(ApiTokenRow.token_hash == token_hash, ApiTokenRow.revoked_at.is_(None))
                 )
             ).one_or_none()
-        if found is None:
-            return None
-        row, user = found
+            if found is None:
+                return None
+            row, user = found
+            identity = await latest_identity(session, user.id) if user is not None and not user.disabled else None
         now = utcnow()
         if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
             # coarse on purpose: a write per request would cost every API call a write lock
@@ -260,7 +262,7 @@ class AccountOps(StoreBase):
             return None
         lower = min(role, user.role, key=lambda r: ROLE_RANK.get(r, 0))
         groups = frozenset(user.groups or ())
-        return Actor(id=user.username, role=lower, groups=groups, scopes=scopes)
+        return Actor(id=user.username, role=lower, groups=groups, scopes=scopes, identity=identity)
 
     async def list_tokens(self) -> list[ApiTokenRow]:
         async with self.db.read() as session:

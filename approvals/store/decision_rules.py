@@ -209,6 +209,8 @@ def plan_decision(facts: CallFacts, verdict: Verdict, actor: Actor, now: dt.date
             details["edited_args"] = edited_args
     if actor.channel is not None:
         details = {**details, "channel": actor.channel}
+    if actor.identity is not None:
+        details = {**details, "identity": actor.identity.as_details()}
     events = [call_event(actor.id, action, call, details, at=now)]
     announcements = [(PENDING_CHANNEL, call.run_id)]
     still_open = changes.get("status", call.status) in OPEN_CALL_STATUSES

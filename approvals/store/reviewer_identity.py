@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select, update
@@ -19,6 +20,7 @@ from ..calls.actors import Actor
 from ..calls.states import ROLE_RANK
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from .accounts import AccountOps
+from .linked_identity import latest_identity
 from .models import UserRow
 
 __all__ = ("IdentityOps", "actor_for", "check_email", "check_slack_user_id")
@@ -53,6 +55,16 @@ def actor_for(user: UserRow) -> Actor | None:
 
 class IdentityOps(AccountOps):
     """Users' outside identities and the reviewers a call is routed to."""
+
+    async def reviewer_actor(self, user: UserRow) -> Actor | None:
+        """The actor `user` decides as from outside the web (Slack, an e-mail link), with the provider identity
+        they last signed in as; None for a disabled user."""
+        actor = actor_for(user)
+        if actor is None:
+            return None
+        async with self.db.read() as session:
+            identity = await latest_identity(session, user.id)
+        return replace(actor, identity=identity) if identity is not None else actor
 
     async def set_user_contact(
         self,

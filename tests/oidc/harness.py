@@ -61,6 +61,18 @@ class Provider:
         users[user] = {"groups": groups}
         (self.folder / "users.json").write_text(json.dumps(users))
 
+    def hand_out(self, mode: str | dict[str, object] | None) -> None:
+        """Make the token endpoint hand out a wrong ID token from now on (see provider.mjs), or, with None,
+        the right one again: `{"aud": ...}`, `{"iss": ...}`, `{"nonce": ...}`, `{"exp_offset": seconds}`
+        (signed again with the provider's key), `"tamper"` (changed after signing), `"foreign_key"`."""
+        file = self.folder / "id_token.json"
+        if mode is None:
+            file.unlink(missing_ok=True)
+            return
+        part = file.with_suffix(".part")
+        part.write_text(json.dumps(mode))
+        part.replace(file)  # whole or not at all: the provider reads it at each token request
+
     def start(self, kid: str) -> None:
         """(Re)start the provider signing with a new key named `kid`: a restart rotates the key."""
         self.stop()
@@ -72,6 +84,7 @@ class Provider:
             "USERS": str(self.folder / "users.json"),
             "REDIRECT_URI": f"{self.app_url}/sso/test/callback",
             "POST_LOGOUT_URI": f"{self.app_url}/login",
+            "ID_TOKEN": str(self.folder / "id_token.json"),
         }
         log = self.folder / "provider.log"
         self.log = log.open("ab")
@@ -102,28 +115,42 @@ class App:
 
 
 @contextmanager
-def provider_and_app(database_url: str, tmp_path: Path, **provider_settings: object) -> Iterator[tuple[Provider, App]]:
-    """The provider and the app (uvicorn on a free port) configured with it as `test`."""
+def oidc_provider(tmp_path: Path, app_url: str) -> Iterator[Provider]:
+    """node-oidc-provider on a free port, signing with `key-1`, its test client sending people back to `app_url`."""
     folder = tmp_path / "oidc"
     folder.mkdir()
     shutil.copy(HERE / "provider.mjs", folder / "provider.mjs")
     (folder / "users.json").write_text(json.dumps(USERS))
     (folder / "node_modules").symlink_to(clis_dir() / "node_modules")
-    app_port = free_port()
-    provider = Provider(port=free_port(), folder=folder, app_url=f"http://127.0.0.1:{app_port}")
+    provider = Provider(port=free_port(), folder=folder, app_url=app_url)
     try:
         provider.start("key-1")
-        fields = {
-            "name": "test",
-            "display_name": "Test IdP",
-            "issuer": provider.issuer,
-            "client_id": "approvals",
-            "client_secret": "test-secret",
-            "role_map": {"staff": "reviewer"},
-            "group_map": {"eng-oncall": ["oncall"]},
-            **provider_settings,
-        }
-        configured = OidcProvider.model_validate(fields)
+        yield provider
+    finally:
+        provider.stop()
+
+
+def provider_settings(provider: Provider, **overrides: object) -> OidcProvider:
+    """The app's settings for `provider` as `test`: staff are reviewers, eng-oncall is the `oncall` group."""
+    fields = {
+        "name": "test",
+        "display_name": "Test IdP",
+        "issuer": provider.issuer,
+        "client_id": "approvals",
+        "client_secret": "test-secret",
+        "role_map": {"staff": "reviewer"},
+        "group_map": {"eng-oncall": ["oncall"]},
+        **overrides,
+    }
+    return OidcProvider.model_validate(fields)
+
+
+@contextmanager
+def provider_and_app(database_url: str, tmp_path: Path, **overrides: object) -> Iterator[tuple[Provider, App]]:
+    """The provider and the app (uvicorn on a free port, no worker) configured with it as `test`."""
+    app_port = free_port()
+    with oidc_provider(tmp_path, f"http://127.0.0.1:{app_port}") as provider:
+        configured = provider_settings(provider, **overrides)
         app = create_app(
             Settings(database_url=database_url, worker=False, secret_key="sso-test-secret", oidc_providers=[configured])
         )
@@ -140,5 +167,3 @@ def provider_and_app(database_url: str, tmp_path: Path, **provider_settings: obj
             server.should_exit = True
             thread.join(timeout=20)
             loop.close()
-    finally:
-        provider.stop()

@@ -3,7 +3,13 @@
 // Configured by environment: PORT, REDIRECT_URI, POST_LOGOUT_URI, KEYS (a JSON file of private JWKs,
 // the first signs), USERS (a JSON file {"name": {"groups": [...]}}, read at each sign-in so a test can
 // change someone's groups). Restart it with other KEYS to rotate.
-import { readFileSync } from "node:fs";
+// ID_TOKEN names a JSON file that, while it exists, makes the token endpoint hand out a wrong ID token
+// (read at each token request, so a test can switch): an object changes claims and signs again with the
+// provider's key ({"aud": "other-app"}, {"iss": "..."}, {"nonce": "..."}, {"exp_offset": -3600}: expiry
+// that many seconds from now); "tamper" changes a claim after signing (the signature no longer matches);
+// "foreign_key" signs with a key the provider never published (an unknown kid).
+import { existsSync, readFileSync } from "node:fs";
+import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair, importJWK } from "jose";
 import Provider from "oidc-provider";
 
 const port = Number(process.env.PORT);
@@ -53,4 +59,36 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
     };
   },
 });
+
+const foreign = await generateKeyPair("RS256");
+
+async function wrongIdToken(idToken, mode) {
+  const header = decodeProtectedHeader(idToken);
+  const payload = decodeJwt(idToken);
+  if (mode === "tamper") {
+    const [head, , signature] = idToken.split(".");
+    const changed = Buffer.from(JSON.stringify({ ...payload, sub: "mallory" })).toString("base64url");
+    return `${head}.${changed}.${signature}`;
+  }
+  if (mode === "foreign_key") {
+    return new SignJWT(payload).setProtectedHeader({ ...header, kid: "never-published" }).sign(foreign.privateKey);
+  }
+  const { exp_offset: expOffset, ...claims } = mode;
+  const changed = { ...payload, ...claims };
+  if (expOffset !== undefined) {
+    changed.exp = Math.floor(Date.now() / 1000) + expOffset;
+    changed.iat = changed.exp - (payload.exp - payload.iat);
+  }
+  const jwk = keys.find((key) => key.kid === header.kid) || keys[0];
+  return new SignJWT(changed).setProtectedHeader(header).sign(await importJWK(jwk, header.alg));
+}
+
+provider.use(async (ctx, next) => {
+  await next();
+  const file = process.env.ID_TOKEN;
+  if (ctx.path !== "/token" || !file || !existsSync(file) || typeof ctx.body?.id_token !== "string") return;
+  const mode = JSON.parse(readFileSync(file, "utf8"));
+  if (mode) ctx.body = { ...ctx.body, id_token: await wrongIdToken(ctx.body.id_token, mode) };
+});
+
 provider.listen(port, "127.0.0.1", () => console.log(`listening ${port}`));

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from approvals.calls.actors import SYSTEM
+from approvals.calls.actors import SYSTEM, ProviderIdentity
 from approvals.store.models import AuditEventRow
 
 from ..oidc.harness import App, provider_and_app
@@ -128,3 +128,35 @@ def test_a_code_issued_to_another_client_is_refused(db_url: str, tmp_path: Path)
         failed = _events(app, "login.failed")[-1].details
         assert "invalid_grant" in failed["reason"] and failed["issuer"].startswith("http://127.0.0.1:")
         assert _events(app, "user.logged_in") == []
+
+
+def test_the_provider_identity_speaks_for_the_user_on_every_channel(db_url: str, tmp_path: Path) -> None:
+    """The verified e-mail becomes the user's (Slack maps members by it, e-mail links go to it); Slack, e-mail links
+    and the user's API tokens act with the identity the user last signed in as, which decisions record."""
+    with provider_and_app(db_url, tmp_path) as (provider, app):
+        with httpx.Client(follow_redirects=True) as client:
+            assert sign_in(client, app.url, "alice").status_code == 200
+        alice = app.call(app.store.people.get_user("alice"))
+        assert alice.email == "alice@example.com"
+        by_email = app.call(app.store.people.user_by_email("alice@example.com"))
+        assert by_email is not None and by_email.username == "alice"
+        assert _events(app, "user.contact_changed")[-1].details["source"] == provider.issuer
+
+        expected = ProviderIdentity(issuer=provider.issuer, subject="alice")
+        outside = app.call(app.store.people.reviewer_actor(alice))
+        assert outside is not None and outside.identity == expected
+        token = app.call(app.store.people.create_token("alice-cli", role="reviewer", actor=SYSTEM, user="alice"))
+        by_token = app.call(app.store.people.token_actor(token))
+        assert by_token is not None and by_token.identity == expected
+
+
+def test_a_provider_email_another_user_has_is_not_taken(db_url: str, tmp_path: Path) -> None:
+    with provider_and_app(db_url, tmp_path) as (_, app):
+        app.call(app.store.people.create_user("carol", "a long enough password", role="viewer", actor=SYSTEM))
+        app.call(app.store.people.set_user_contact("carol", actor=SYSTEM, email="bob@example.com"))
+        with httpx.Client(follow_redirects=True) as client:
+            assert sign_in(client, app.url, "bob").status_code == 200
+        assert app.call(app.store.people.get_user("bob")).email is None
+        assert app.call(app.store.people.get_user("carol")).email == "bob@example.com"
+        kept = _events(app, "user.contact_kept")[-1].details
+        assert kept["email"] == "bob@example.com" and "carol" in kept["reason"]

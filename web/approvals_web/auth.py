@@ -16,7 +16,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from approvals.calls.actors import Actor
+from approvals.calls.actors import Actor, ProviderIdentity
 from approvals.calls.states import Role
 from approvals.exceptions import NotFound
 
@@ -26,6 +26,8 @@ SESSION_USER = "user"
 """Where cookies signed before issue 14 named the user; such a cookie no longer logs anyone in."""
 SESSION_ID = "sid"
 SESSION_CSRF = "csrf"
+SESSION_SSO = "sso"
+"""An SSO session's provider, ID token (for the provider's logout) and identity (issuer, subject)."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -81,9 +83,23 @@ async def current_actor(request: Request) -> Actor | None:
                 request.session.pop(SESSION_ID)  # logged out, revoked, expired or the user disabled
         request.session.pop(SESSION_USER, None)
         if user is not None and not user.disabled:
-            actor = Actor(id=user.username, role=user.role, groups=frozenset(user.groups or ()), channel="web")
+            actor = Actor(
+                id=user.username,
+                role=user.role,
+                groups=frozenset(user.groups or ()),
+                channel="web",
+                identity=_session_identity(request),
+            )
     request.state.actor = actor
     return actor
+
+
+def _session_identity(request: Request) -> ProviderIdentity | None:
+    """The provider identity the session was opened with (the cookie is signed: the app wrote it)."""
+    sso = request.session.get(SESSION_SSO)
+    if isinstance(sso, dict) and isinstance(sso.get("issuer"), str) and isinstance(sso.get("subject"), str):
+        return ProviderIdentity(issuer=sso["issuer"], subject=sso["subject"])
+    return None
 
 
 async def verify_csrf(request: Request) -> None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ...calls.actors import SYSTEM_ACTOR_ID
 from ...calls.states import Role
 from ...exceptions import Forbidden
 from ..accounts import AccountOps, check_groups
+from ..backend import Transaction
 from ..models import UserIdentityRow, UserRow
 from ..run_plan import utcnow
 
@@ -43,6 +45,21 @@ class SignInRefused(Forbidden):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+async def _take_provider_email(
+    tx: Transaction[AsyncSession], user: UserRow, email: str, source: dict[str, str]
+) -> None:
+    """Make the provider's verified e-mail the user's, so that Slack (which maps members by e-mail) and e-mail
+    links reach the same person; left as it is when another user has that address (audited, not fatal)."""
+    taken_by = await tx.session.scalar(select(UserRow.username).where(UserRow.email == email, UserRow.id != user.id))
+    if taken_by is not None:
+        details = {"email": email, "kept": user.email, "reason": f"{taken_by} has that address", **source}
+        tx.audit(SYSTEM_ACTOR_ID, "user.contact_kept", "user", user.username, details=details)
+        return
+    details = {"email": email, "previous_email": user.email, **source}
+    user.email = email
+    tx.audit(SYSTEM_ACTOR_ID, "user.contact_changed", "user", user.username, details=details)
 
 
 class ProviderLoginOps(AccountOps):
@@ -100,6 +117,8 @@ class ProviderLoginOps(AccountOps):
                         details = {"role": login.role, "previous_role": user.role, **source}
                         user.role = login.role
                         tx.audit(SYSTEM_ACTOR_ID, "user.updated", "user", name, details=details)
+                if login.email is not None and user.email != login.email:
+                    await _take_provider_email(tx, user, login.email, source)
                 if identity is None:
                     identity = UserIdentityRow(
                         issuer=login.issuer, subject=login.subject, user_id=user.id, created_at=now

@@ -12,9 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from ..auth import SESSION_CSRF, SESSION_ID, SESSION_USER, ContextDep, app_context, csrf_token, verify_csrf
+from ..auth import SESSION_CSRF, SESSION_ID, SESSION_SSO, SESSION_USER, ContextDep, app_context, csrf_token, verify_csrf
 from ..local_redirect import safe_next
-from ..sso.routes import SESSION_SSO, provider_logout
+from ..sso.routes import provider_logout
 from ..templating import render
 
 router = APIRouter(include_in_schema=False)  # pages, not the API

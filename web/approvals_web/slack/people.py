@@ -20,7 +20,6 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from approvals.calls.actors import Actor
 from approvals.channels.slack_api import SlackApi, SlackCallFailed
 from approvals.store import Store
-from approvals.store.reviewer_identity import actor_for
 
 __all__ = (
     "LINK_SALT",
@@ -66,7 +65,7 @@ async def reviewer_for(store: Store, api: SlackApi, slack_user_id: str) -> Revie
     if user is None:
         problem = "your Slack account is not linked to a user of the approvals inbox"
         return Reviewer(None, problem, linkable=True)
-    actor = actor_for(user)
+    actor = await store.people.reviewer_actor(user)
     if actor is None:
         return Reviewer(None, f"the inbox user {user.username} your Slack account is linked to is disabled")
     return Reviewer(replace(actor, channel="slack"))

@@ -1,8 +1,8 @@
 """Authlib's Starlette OpenID client for each configured provider, with sign-in state in the database.
 
 Authlib does the protocol: discovery, PKCE (S256), `state` and `nonce`, the code exchange, ID
-token validation (signature against the JWKS, refetched once for an unknown `kid`; issuer,
-audience, expiry, nonce) and the end-session URL. We add the database-backed state cache
+token validation (signature against the JWKS, refetched once for an unknown `kid`; expiry, nonce;
+issuer and audience as the callback states them) and the end-session URL. We add the database-backed state cache
 (a replayed state finds nothing) and a check that discovery names the configured issuer.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from authlib.integrations.starlette_client import OAuth, StarletteOAuth2App  # type: ignore[import-untyped]
 
 from approvals.service import ApprovalService
@@ -46,6 +47,9 @@ class SignInClients:
     def __init__(self, providers: list[OidcProvider], service: ApprovalService) -> None:
         self.providers = {provider.name: provider for provider in providers}
         self.oauth = OAuth(cache=StateCache(service))
+        # Authlib makes an httpx client for every request to a provider; each would load the CA bundle
+        # again (~20 ms of CPU on the event loop), so they share one context, loaded once.
+        tls = httpx.create_ssl_context()
         for provider in providers:
             self.oauth.register(
                 provider.name,
@@ -56,6 +60,7 @@ class SignInClients:
                     "scope": " ".join(provider.scopes),
                     "code_challenge_method": "S256",
                     "timeout": HTTP_TIMEOUT,
+                    "verify": tls,
                 },
             )
 

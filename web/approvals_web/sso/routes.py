@@ -15,10 +15,11 @@ from authlib.integrations.base_client.errors import OAuthError  # type: ignore[i
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from httpx import HTTPError
+from joserfc.errors import JoseError
 
 from approvals.store.people.identities import SignInRefused
 
-from ..auth import SESSION_ID, ContextDep, app_context, csrf_token
+from ..auth import SESSION_ID, SESSION_SSO, ContextDep, app_context, csrf_token
 from ..local_redirect import safe_next
 from ..templating import render
 from .client import SignInClients
@@ -26,8 +27,6 @@ from .config import OidcProvider, provider_login
 
 router = APIRouter(include_in_schema=False)
 
-SESSION_SSO = "sso"
-"""The provider and ID token of an SSO session, for the provider's logout."""
 SESSION_NEXT = "sso_next"
 LEEWAY = 30
 """Seconds of clock skew allowed on the ID token's `exp`, `iat` and `nbf`."""
@@ -74,7 +73,15 @@ async def sso_callback(request: Request, name: str, context: ContextDep) -> Resp
     clients = sign_in_clients(request)
     try:
         metadata = await clients.metadata(name)
-        token: dict[str, Any] = await clients.client(name).authorize_access_token(request, leeway=LEEWAY)
+        # OIDC Core 3.1.3.7: `aud` must name us. Authlib checks it only through `azp` unless told, and options
+        # given replace its default issuer check, so both are stated here.
+        claims_options = {
+            "iss": {"essential": True, "values": [str(metadata["issuer"])]},
+            "aud": {"essential": True, "values": [provider.client_id]},
+        }
+        token: dict[str, Any] = await clients.client(name).authorize_access_token(
+            request, leeway=LEEWAY, claims_options=claims_options
+        )
         claims = dict(token.get("userinfo") or {})
         if not claims:
             raise OAuthError(error="no_id_token", description="the provider sent no ID token")
@@ -82,7 +89,7 @@ async def sso_callback(request: Request, name: str, context: ContextDep) -> Resp
             extra = await clients.client(name).userinfo(token=token)
             if extra.get("sub") == claims["sub"]:
                 claims = {**extra, **claims}
-    except (OAuthError, AuthlibBaseError, HTTPError, ValueError, KeyError, TypeError) as error:
+    except (OAuthError, AuthlibBaseError, JoseError, HTTPError, ValueError, KeyError, TypeError) as error:
         reason = f"{type(error).__name__}: {error}"
         await context.service.record_sign_in_failure(name, provider.issuer, reason)
         return _refused(request, provider, f"The sign-in could not be verified ({reason}). Please start again.", 400)
@@ -97,7 +104,12 @@ async def sso_callback(request: Request, name: str, context: ContextDep) -> Resp
     target = str(request.session.get(SESSION_NEXT) or "/")
     request.session.clear()
     request.session[SESSION_ID] = session_id
-    request.session[SESSION_SSO] = {"provider": name, "id_token": token.get("id_token")}
+    request.session[SESSION_SSO] = {
+        "provider": name,
+        "id_token": token.get("id_token"),
+        "issuer": login.issuer,
+        "subject": login.subject,
+    }
     csrf_token(request)
     return RedirectResponse(target, status_code=303)
 

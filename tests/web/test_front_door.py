@@ -37,6 +37,7 @@ READS = {
     "people.token_actor",
     "people.user_by_email",
     "people.user_by_slack_id",
+    "people.reviewer_actor",
     "rules.list_rules",
     "rules.rule_versions",
     "runs.get_run",

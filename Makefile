@@ -29,7 +29,7 @@ CLIS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/approvals-clis
 export APPROVALS_CLIS_DIR := $(CLIS_CACHE)/$(shell sha256sum tests/clis/package-lock.json | cut -c1-12)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help install browser syslog llm-server clis lint fmt check test chaos bench run clean
+.PHONY: help install browser syslog prometheus llm-server clis lint fmt check test chaos bench run clean
 
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,10 @@ browser: ## Install Debian's headless Chromium for the browser tests (apt-get, w
 
 syslog: ## Install Debian's rsyslog (with TLS) for the audit streaming tests (apt-get, when missing).
 	@dpkg -s rsyslog rsyslog-gnutls >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends rsyslog rsyslog-gnutls; }
+
+prometheus: ## Install Debian's Prometheus for the scrape tests (apt-get, when missing; the tests start it, never the service).
+	@dpkg -s prometheus >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends prometheus \
+		&& { $(SUDO) systemctl disable --now prometheus >/dev/null 2>&1 || true; }; }
 
 llm-server: $(LLM_ENV)/.built $(LLM_MODEL) ## Build the local model server for the tests (the first time ~5 min on 2 cores; cached in LLM_CACHE).
 	@echo "local model server ready; to run pytest by hand: export APPROVALS_LLM_SERVER_PYTHON=$(APPROVALS_LLM_SERVER_PYTHON) APPROVALS_LLM_MODEL=$(APPROVALS_LLM_MODEL)"
@@ -96,7 +100,7 @@ check: install lint ## Lint, then the quick tests in 2 processes: SQLite only; n
 # than cores pay; --dist loadgroup keeps the tests that share an expensive fixture on one worker
 # (tests/conftest.py: the model server, a Chromium per module). TEST_WORKERS= to change.
 TEST_WORKERS ?= 4
-test: install browser syslog llm-server clis lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
+test: install browser syslog prometheus llm-server clis lint ## Lint, then run the whole test suite (SQLite and PostgreSQL, headless Chromium, a real model server).
 	$(RUN) pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25  # the slowest tests printed: a slow one is seen the day it lands
 
 chaos: install ## Kill worker processes with SIGKILL at random points, 300 times per database (CHAOS_TRIALS=, CHAOS_SEED= to change).

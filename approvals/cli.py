@@ -1437,6 +1437,13 @@ def mcp_gateway(
     ] = 10,
     url: Annotated[str | None, typer.Option(envvar="APPROVALS_URL", help="The approvals server.")] = None,
     token: Annotated[str | None, typer.Option(envvar="APPROVALS_TOKEN", help="A calls:ask token.")] = None,
+    outbox: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="APPROVALS_MCP_OUTBOX",
+            help="Folder for outcome reports not sent yet (default: per server, in the data directory).",
+        ),
+    ] = None,
 ) -> None:
     """The MCP gateway: proxy MCP servers' tools, asking approvals before every tool call."""
     from .engines.mcp import ConfigError, run
@@ -1453,6 +1460,7 @@ def mcp_gateway(
             session=session,
             wait=wait,
             progress_every=progress_every,
+            outbox=outbox,
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc))

@@ -33,11 +33,11 @@ from .calls.canonical import digest
 from .calls.options import CallOptions, CallRefusal
 from .calls.states import RESUMABLE_RUN_STATUSES, SETTLED_RUN_STATUSES
 from .calls.tools import ArgsValidator
-from .calls.verdicts import EditAndApprove, Verdict
+from .calls.verdicts import Approve, EditAndApprove, Verdict
 from .engines import EngineKind, get_engine
 from .engines.view import ModelRequest, ModelResponse, as_view
 from .exceptions import Conflict, InvalidArguments, InvalidEdit, NotFound, ToolRetryError
-from .logs import with_call
+from .logs import with_call, with_run
 from .policy import Kind, Remember, RulesDiff, RuleSpec, StoredRule, rule_flags
 from .store import RUNS_CHANNEL, Actor, DryRun, LoginAttempt, Store
 from .store.email_links import LinkProblem, link_problem
@@ -231,9 +231,11 @@ class ApprovalService:
                 call = await self.store.calls.get_call(call_id)
                 edited = await self.validate_edit(call, verdict.args)
                 verdict = EditAndApprove(args=edited, args_digest=verdict.args_digest)
-            with tracing.deciding(call_id, verdict) as trace:
-                decided, trace.run_trace_context = await self.store.calls.record_verdict(call_id, verdict, actor=actor)
-            logger.info("call %s (%s) decided by %s: %s", call_id, decided.tool_name, actor.id, decided.status)
+            with tracing.deciding(call_id, verdict) as step:
+                decided, run_context = await self.store.calls.record_verdict(call_id, verdict, actor=actor)
+                step.found(decided, run_context)
+            with with_run(decided.run_id), tracing.within(step):  # the line names the run, the call and its trace
+                logger.info("call %s (%s) decided by %s: %s", call_id, decided.tool_name, actor.id, decided.status)
             return decided
 
     async def resumable_run(self, run_id: str) -> RunRow:
@@ -281,10 +283,13 @@ class ApprovalService:
     ) -> tuple[Call, StoredRule]:
         """Approve a call and allow calls like it for a while (a narrow remembered rule)."""
         with with_call(call_id):
-            call, rule = await self.store.rules.approve_and_remember(
-                call_id, remember, actor=actor, args_digest=args_digest
-            )
-            logger.info("call %s approved by %s, remembered as rule %s", call_id, actor.id, rule.name)
+            with tracing.deciding(call_id, Approve()) as step:
+                call, rule = await self.store.rules.approve_and_remember(
+                    call_id, remember, actor=actor, args_digest=args_digest
+                )
+                step.found(call)
+            with with_run(call.run_id), tracing.within(step):
+                logger.info("call %s approved by %s, remembered as rule %s", call_id, actor.id, rule.name)
             return call, rule
 
     async def settle_call(self, call_id: str, outcome: Any, result: Any = None, *, actor: Actor) -> Call:

@@ -1,4 +1,4 @@
-"""The cost of tracing on an agent step and on a decision, and what one `/metrics` scrape costs the database.
+"""The cost of tracing on an agent step and on a decision.
 
 Tracing: off (no SDK) against on (SDK, batch processor).
 
@@ -13,10 +13,7 @@ Targets (issue 29): a decision costs at most 5 % more with tracing off (the inst
 left in place) and 15 % with it on. "Off" here is measured with the instrumentation in place:
 compare with `bench_store.py decisions` from before it for the first target.
 
-Metrics cost a decision nothing but its `channel` column: they are read at scrape time
-(`approvals.store.metrics_queries`), so the second part times one scrape's reads on a database
-of 1 000 to 100 000 runs (half completed after a person's approval, half waiting), copied
-in SQL from two real runs. Prometheus scrapes every 15 s by default.
+What a `/metrics` scrape costs is `bench_metrics_scrape.py`'s to measure.
 
 Needs the local PostgreSQL (APPROVALS_BENCH_PG_URL); creates and drops its own databases.
 Switching the provider off again is not in the OpenTelemetry API: the benchmark swaps the
@@ -30,13 +27,11 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from sqlalchemy import Table, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -44,12 +39,9 @@ from _databases import migrated_database
 
 from approvals import Agent, Tool, tracing
 from approvals.calls.verdicts import Approve
-from approvals.engines.gate import API_ENGINES, HOOK_ENGINES
 from approvals.engines.native.models import TestModel
 from approvals.service import ApprovalService
 from approvals.store import Actor, Database, Store
-from approvals.store.metrics_queries import read_metrics
-from approvals.store.models import AuditEventRow, DecisionRow, RunRow, ToolCallRow
 from approvals.worker.resumer import AgentRegistry
 
 ROUNDS = 150
@@ -125,66 +117,11 @@ async def bench(url: str, kind: str) -> None:
         print(f"  {name:28} {off:8.3f} {on_:8.3f} {100 * (on_ - off) / off:+9.1f}%")
 
 
-SCRAPE_SIZES = (1_000, 10_000, 100_000)
-SCRAPES = 7
-_COPIED_KEYS = {"id", "run_id", "call_id", "subject_id"}
-"""Columns that name a run or a call: each copy gets its own (`<prefix>-<n>`)."""
-
-
-def _copies(table: Any, keep_id: bool) -> str:
-    """`INSERT … SELECT` of every row of `table` once per `n` of the CTE `copies`, with ids made unique."""
-    columns = [c.name for c in cast_table(table).columns if keep_id or c.name != "id"]
-    values = [f"substr({c}, 1, 20) || '-' || copies.n" if c in _COPIED_KEYS else c for c in columns]
-    return (
-        f"INSERT INTO {table.__tablename__} ({', '.join(columns)}) "
-        "WITH RECURSIVE copies(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM copies WHERE n < :copies) "
-        f"SELECT {', '.join(values)} FROM {table.__tablename__} CROSS JOIN copies"
-    )
-
-
-def cast_table(model: Any) -> Table:
-    table: Table = model.__table__
-    return table
-
-
-async def scrape_cost(url: str, size: int) -> float:
-    """p50 ms of one scrape's reads on a database of `size` runs: two real runs, then copies of them in SQL."""
-    database = Database(url)
-    store = Store(database)
-    service = ApprovalService(store, AgentRegistry([bench_agent]))
-    try:
-        done, waiting = [await store.runs.start_run("bench", "go", actor=STARTER) for _ in range(2)]
-        for run_id in (done, waiting):
-            await service.resumer.resume(run_id)
-        [call] = await store.calls.run_calls(done)
-        await service.decide(call.id, Approve(), actor=REVIEWER)
-        await service.resumer.resume(done)
-        async with database.write() as session:
-            for model, keep_id in ((RunRow, True), (ToolCallRow, True), (DecisionRow, False), (AuditEventRow, False)):
-                await session.execute(text(_copies(model, keep_id)), {"copies": size // 2 - 1})
-        if database.is_postgres:
-            async with database.write() as session:
-                await session.execute(text("ANALYZE"))
-        timings = []
-        for _ in range(SCRAPES):
-            started = time.perf_counter()
-            await read_metrics(database, (*API_ENGINES, *HOOK_ENGINES))
-            timings.append((time.perf_counter() - started) * 1000)
-        return statistics.median(timings)
-    finally:
-        await database.dispose()
-
-
 def main() -> None:
     for kind in ("sqlite", "postgresql"):
         with migrated_database(kind) as url:
             anyio.run(bench, url, kind)
     PROVIDER.shutdown()
-    for kind in ("sqlite", "postgresql"):
-        print(f"\n{kind}: one /metrics scrape's reads (p50 of {SCRAPES})")
-        for size in SCRAPE_SIZES:
-            with migrated_database(kind) as url:
-                print(f"  {size:>8} runs: {anyio.run(scrape_cost, url, size):8.1f} ms")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ SLOW = (
     "tests/mcp_gateway/test_gateway.py",  # `approvals mcp` processes before real MCP servers, an approvals server each
     "tests/mcp_gateway/test_faults.py",
     "tests/web/test_schemathesis.py",  # every API operation (32) with 25 generated requests each over HTTP: ~25 s
+    "tests/web/test_metrics_prometheus.py",  # a real Prometheus scraping uvicorn servers; a PostgreSQL cluster stopped
 )
 """Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
 COSTLY_TO_COLLECT = {
@@ -70,6 +71,7 @@ SHARED_BY_MODULE = (
     "tests/web/test_schemathesis.py",  # one served app
     "tests/test_readme_api.py",  # one app
     "tests/test_markers.py",  # one collection of the suite in a subprocess
+    "tests/web/test_metrics_prometheus.py",  # one Prometheus process
 )
 """Modules whose tests share a module- or session-scoped fixture that is costly to build: under
 `--dist loadgroup` each runs whole on one xdist worker, so the fixture is built once."""

@@ -54,10 +54,11 @@ def in_process(memory: InMemorySpanExporter) -> list[dict[str, Any]]:
     return spans
 
 
-def tracing_process(*args: str) -> subprocess.CompletedProcess[str]:
+def tracing_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tests.tracing_process", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,9 +132,16 @@ async def test_one_trace_from_prompt_to_answer_across_a_decision_and_another_pro
     decisions = [s for s in here if s["name"] == "approvals.decide"]
     assert {d["attributes"]["approvals.verdict"] for d in decisions} == {"approve", "deny"}
     assert {d["attributes"]["approvals.call.id"] for d in decisions} == set(calls.values())
-    assert all(d["parent_id"] == start[0]["span_id"] for d in decisions)  # in the run's trace
+    asked = {s["attributes"]["approvals.call.id"]: s for s in here if s["name"] == "approvals.call.request"}
+    assert set(asked) == set(calls.values()) and all(s["parent_id"] == first[0]["span_id"] for s in asked.values())
+    assert all(
+        d["parent_id"] == asked[d["attributes"]["approvals.call.id"]]["span_id"] for d in decisions
+    )  # the call's
     requests = {s["trace_id"] for s in here if s["name"].startswith("POST /api/calls/")}
-    assert len(requests) == 2 and {d["links"][0] for d in decisions} == requests  # linked to their requests
+    linked = {
+        link["trace_id"] for d in decisions for link in d["links"] if link["attributes"]["approvals.link"] == "request"
+    }
+    assert len(requests) == 2 and linked == requests  # linked to their requests
 
     resume = named(there, "approvals.resume")
     assert resume["parent_id"] == start[0]["span_id"]  # the stored context, in a process that never saw it
@@ -172,7 +180,13 @@ def test_nothing_is_recorded_or_stored_without_a_provider(db_url: str) -> None: 
     done = tracing_process("untraced", db_url)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found == {"enabled": False, "status": "completed", "trace_context": None}
+    assert found == {
+        "enabled": False,
+        "status": "completed",
+        "trace_context": None,
+        "gate_run_trace_context": None,
+        "call_trace_contexts": [None, None, None],
+    }
 
 
 @pytest.mark.parametrize(

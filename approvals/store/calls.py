@@ -18,6 +18,7 @@ and channel.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from functools import cache
 from typing import Any, cast
@@ -42,6 +43,7 @@ from .policy_evaluation import UnderRules
 from .queries import CallReads
 from .run_plan import tool_definition_row, utcnow
 from .run_sql import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
+from .waiters import call_waiters
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("SETTLED_OUTCOMES", "Calls", "session_run_id")
@@ -56,7 +58,7 @@ _WAKE_UP_EVERY = 1.0
 """Longest wait between looks at a call while waiting, should a wake-up be missed."""
 
 _SESSION_RUN = (
-    select(RunRow.engine, RunRow.agent_name, RunRow.status, RunRow.started_by)
+    select(RunRow.engine, RunRow.agent_name, RunRow.status, RunRow.started_by, RunRow.trace_context)
     .where(RunRow.id == bindparam("run_id"))
     .with_for_update()
 )
@@ -160,10 +162,11 @@ class Calls(DecisionOps, CallReads, UnderRules):
         outcome = await self.policy.evaluate_policy(asked, rule_set)
         version = validated.definition.version
         known = version in self._stored_tool_versions
-        with tracing.requesting_call(request.engine, request.source, request.tool_name, request.tool_call_id):
+        asked_for = [(request.tool_name, request.tool_call_id)]
+        with tracing.requesting_calls(asked_for, engine=request.engine, agent=request.source, run_id=run_id) as traced:
             try:
                 stored = await self.run_statements(
-                    lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known)
+                    lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known, traced)
                 )
             except _OthersSession:  # opened by another since the read above
                 raise await self._refuse_session(validated, actor) from None
@@ -191,8 +194,39 @@ class Calls(DecisionOps, CallReads, UnderRules):
         """The call once it no longer waits for people, or as it stands after `seconds`.
 
         Returns at once for a decided call. A pending call past its time to decide is
-        expired here, so a waiting caller hears of it without a worker running.
+        expired here, so a waiting caller hears of it without a worker running. Waiting is
+        an event in this process's registry (`waiters.CallWaiters`), set only by its own run's
+        announcements: nothing is read while it waits, and no row or session is held.
         """
+        waiters = call_waiters(self.db, self.notifier)
+        if waiters is None:  # this process hears no announcements without a listener of its own
+            return await self._wait_listening(call_id, seconds)
+        run_id = (await self.get_call(call_id)).run_id
+        with anyio.move_on_after(seconds):
+            async with waiters.waiting(run_id) as waiter:
+                while True:
+                    waiter.arm()
+                    decided, wait = await self._decided_or_wait(call_id)
+                    if decided is not None:
+                        return decided
+                    await waiters.sleep(waiter, wait)
+        return await self.get_call(call_id)
+
+    async def _decided_or_wait(self, call_id: str) -> tuple[ToolCallRow | None, float]:
+        """The call if it no longer waits for people (expired here if its time ran out), else how long to sleep."""
+        call = await self.get_call(call_id)
+        if call.status != CallStatus.PENDING:
+            return call, 0.0
+        if call.expires_at is None:
+            return None, math.inf
+        left = (call.expires_at - utcnow()).total_seconds()
+        if left > 0:
+            return None, left + 0.01
+        await self.expire()
+        return await self._decided_or_wait(call_id)
+
+    async def _wait_listening(self, call_id: str, seconds: float) -> ToolCallRow:
+        """`wait_for_decision` with a listener of its own, looking again every second (a library's process)."""
         async with self.notifier.listen(PENDING_CHANNEL) as changes:
             with anyio.move_on_after(seconds):
                 while (call := await self.get_call(call_id)).status == CallStatus.PENDING:
@@ -215,7 +249,12 @@ class Calls(DecisionOps, CallReads, UnderRules):
         """
         if outcome not in SETTLED_OUTCOMES:
             raise UserError(f"A call's outcome is one of {', '.join(SETTLED_OUTCOMES)}, not {outcome!r}")
-        return await self.run_statements(lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow()))
+        with tracing.settling(call_id, outcome) as step:
+            settled = await self.run_statements(
+                lambda tx: _settle(tx, call_id, CallStatus(outcome), result, actor, utcnow())
+            )
+            step.found(settled)
+        return settled
 
     async def hand_out(self, call_id: str, *, actor: Actor) -> tuple[ToolCallRow, bool]:
         """The caller was told to run an approved call: it is `executing` from now on, its approvals used up.
@@ -226,7 +265,11 @@ class Calls(DecisionOps, CallReads, UnderRules):
         at the same time, say) or settled is returned as it stands, with False, and must not be
         run again.
         """
-        return await self.run_statements(lambda tx: _hand_out(tx, call_id, actor, utcnow()))
+        with tracing.handing_out(call_id) as step:
+            call, handed = await self.run_statements(lambda tx: _hand_out(tx, call_id, actor, utcnow()))
+            if handed:  # a call handed out before (or settled) has no new step to show
+                step.found(call)
+        return call, handed
 
     async def settle_reported(self, reported: ReportedOutcome, *, actor: Actor) -> ToolCallRow | None:
         """A CLI reports that a tool it was handed ran: settle that call `succeeded` with the tool's output.
@@ -273,6 +316,7 @@ def _request(
     outcome: Outcome,
     hand_out: bool,
     definition_stored: bool,
+    traced: tracing.RequestedCalls,
 ) -> tuple[ToolCallRow, bool]:
     request = validated.request
     run_id = session_run_id(request.engine, request.source, request.session_id)
@@ -289,6 +333,7 @@ def _request(
                 "session_id": request.session_id,
                 "status": RunStatus.RUNNING,
                 "started_by": actor_id,
+                "trace_context": traced.context(0),  # the session's trace: its first call's
                 "message_count": 0,
                 "created_at": now,
                 "updated_at": now,
@@ -318,6 +363,7 @@ def _request(
         "context": dict(request.context) if request.context is not None else None,
         "idempotent": False,
         "requested_by": actor_id,
+        "trace_context": traced.context(0),
         "created_at": now,
         "updated_at": now,
         **call_columns(
@@ -333,6 +379,8 @@ def _request(
         assert found is not None  # the key's call, which kept this one out
         return _same_call(loaded_call(dict(found)), validated), False
     call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
+    traced.stored(0, call.id)
+    traced.in_run(run.trace_context)
     requested: dict[str, Any] = {"args": call.args, "args_digest": call.args_digest}
     if policy := outcome.details():
         requested["policy"] = policy

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -224,6 +225,9 @@ class ToolCallRow(Base):
     requested_by: Mapped[str | None] = mapped_column(String(200))
     """Who asked for the call: a gate's asking token or user, or the starter of a worker's run.
     They may never approve it (`call_options`)."""
+    trace_context: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    """The W3C trace context of the call's `approvals.call.request` span: its decision, hand-out and outcome
+    join that trace, in whichever process (`approvals.tracing`). None when nothing was traced."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -697,3 +701,64 @@ class ScimGroupRow(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     external_id: Mapped[str | None] = mapped_column(String(200), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- Issue 41, metrics that stay cheap (approvals.store.metric_rollups): the database keeps the figures' sums ---
+
+
+class MetricDeltaRow(Base):
+    """One change to a figure `/metrics` reports, written by a trigger in the transaction of the change.
+
+    Triggers (`approvals.store.metric_schema`) see every write, the hot path's and a raw UPDATE's
+    alike; a scrape folds the deltas into `metric_rollups` and deletes them, so the figures cost
+    the same to read at any length of history.
+    """
+
+    __tablename__ = "metric_deltas"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    metric: Mapped[str] = mapped_column(String(20))
+    key1: Mapped[str | None] = mapped_column(String(200))
+    key2: Mapped[str | None] = mapped_column(String(200))
+    key3: Mapped[str | None] = mapped_column(String(200))
+    amount: Mapped[int] = mapped_column(Integer)
+    """+1 when a row starts to count under these keys, -1 when it stops."""
+    value: Mapped[float | None] = mapped_column(Float)
+    """A histogram's observation in seconds (None for plain counts)."""
+    at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """When the audit event happened (resumes and the events that settle them)."""
+
+
+class MetricRollupRow(Base):
+    """A figure's running sum under one set of labels: a count, or one cell of a histogram and its sum."""
+
+    __tablename__ = "metric_rollups"
+
+    metric: Mapped[str] = mapped_column(String(20), primary_key=True)
+    key1: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key2: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key3: Mapped[str] = mapped_column(String(200), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True)
+    """A histogram's cell (0 for plain counts); the last cell is past the last bound."""
+    count: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[float] = mapped_column(Float)
+
+
+class MetricOpenResumeRow(Base):
+    """A run a worker resumed whose resume has not settled yet: its duration ends at the run's next settle event."""
+
+    __tablename__ = "metric_open_resumes"
+
+    run_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    resumed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+
+
+class MetricFoldRow(Base):
+    """The one row a fold locks, so two processes scraping at once never fold a delta twice."""
+
+    __tablename__ = "metric_folds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    deltas: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Deltas folded so far."""
+    folded_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import insert
 
+from .. import tracing
 from ..calls.actors import SYSTEM_ACTOR_ID
 from ..calls.states import RunStatus
 from ..calls.tools import DeferredToolRequests
@@ -81,6 +82,7 @@ def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
             "message_count": len(run.history),
             "lease_owner": actor_id,
             "lease_expires_at": None,
+            "trace_context": tracing.carrier(),  # the trace the run began in: its resumes continue it
             "created_at": now,
             "updated_at": now,
         },
@@ -89,7 +91,10 @@ def insert_paused_run(tx: Tx, run: PausedRun, actor_id: str) -> str:
         tx.session.execute(INSERT_MESSAGES, _message_rows(run, now))
     tx.record(run_event(actor_id, "run.started", run.run_id, run.agent_name, {"prompt": run.prompt}, at=now))
     tx.announce(RUNS_CHANNEL, run.run_id)
-    apply_write(tx, paused_write(run.run_id, actor_id, run.requests, now=now, outcomes=run.outcomes))
+    asked_for = [(r.tool_name, r.tool_call_id) for r in run.requests.approvals]
+    with tracing.requesting_calls(asked_for, engine=run.engine, agent=run.agent_name, run_id=run.run_id) as traced:
+        write = paused_write(run.run_id, actor_id, run.requests, now=now, outcomes=run.outcomes, traced=traced)
+        apply_write(tx, write)
     return run.run_id
 
 
@@ -100,6 +105,7 @@ def paused_write(
     *,
     now: dt.datetime,
     outcomes: Sequence[Outcome] | None = None,
+    traced: tracing.RequestedCalls | None = None,
 ) -> RunWrite:
     """The write of a pause: the calls, their definitions, events and wake-ups (`Runs.pause` adds the
     step's messages and results).
@@ -107,6 +113,7 @@ def paused_write(
     `outcomes` are what the rules decided for each call (`PolicyEvaluation.pause_outcomes`). A
     call a rule allowed or denied is stored decided, by the rule; when the rules decided every
     call, nobody is asked and the run is ready for a worker at once (it is a resumable engine's).
+    `traced`: the calls' request spans (`tracing.requesting_calls`), whose contexts the calls store.
     """
     decided_by_rules = outcomes if outcomes is not None else [NO_RULE] * len(requests.approvals)
     write = RunWrite(
@@ -117,8 +124,10 @@ def paused_write(
         now=now,
     )
     waiting = []
-    for request, outcome in zip(requests.approvals, decided_by_rules, strict=True):
-        call = pending_call(request, now, outcome)
+    traced = traced or tracing.RequestedCalls()
+    for index, (request, outcome) in enumerate(zip(requests.approvals, decided_by_rules, strict=True)):
+        call = pending_call(request, now, outcome, traced.context(index))
+        traced.stored(index, call["id"])
         write.calls.append(call)
         details: dict[str, Any] = {"args": request.args, "args_digest": request.args_digest}
         if policy := outcome.details():

@@ -136,8 +136,15 @@ class RunWrite:
             raise ValueError(f"a held run's write cannot set {sorted(unknown)}")
 
 
-def pending_call(request: DeferredToolCall, now: dt.datetime, outcome: Outcome = NO_RULE) -> dict[str, Any]:
-    """A new call's own columns, as the rules' `outcome` leaves it; the write adds its run, agent and times."""
+def pending_call(
+    request: DeferredToolCall,
+    now: dt.datetime,
+    outcome: Outcome = NO_RULE,
+    trace_context: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A new call's own columns, as the rules' `outcome` leaves it; the write adds its run, agent and times.
+
+    `trace_context`: the call's `approvals.call.request` span (`tracing.requesting_calls`), stored with it."""
     expires_at = now + dt.timedelta(seconds=request.approval_ttl) if request.approval_ttl else None
     return {
         "id": uuid.uuid4().hex,
@@ -148,6 +155,7 @@ def pending_call(request: DeferredToolCall, now: dt.datetime, outcome: Outcome =
         "args_digest": request.args_digest,
         "reason": request.reason,
         "idempotent": request.idempotent,
+        "trace_context": trace_context,
         **call_columns(outcome, approvals_required=request.approvals_required, expires_at=expires_at, now=now),
     }
 

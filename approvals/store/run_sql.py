@@ -130,6 +130,7 @@ _PENDING_CALL_COLUMNS = (
     "rule_name",
     "rule_version",
     "approver_groups",
+    "trace_context",
 )
 """A new call's own columns (`run_plan.pending_call`); the run, its agent and who asked (the run's starter) come
 from the run."""

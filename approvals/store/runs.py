@@ -203,19 +203,21 @@ class Runs(UnderRules):
         The standing rules decide the calls first, by the rules this process holds; the write
         checks they are still the rules in force, so a pause costs no read of them.
         """
-        for _ in range(5):  # the rules change rarely, and never five times while a run pauses
-            rule_set = await self.policy.held_rules()
-            outcomes = await self.policy.pause_outcomes(run_id, requests, rule_set)
-            write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes)
-            write.messages = messages
-            write.results = _results(results)
-            write.rules_revision = rule_set.revision
-            write.snapshot = snapshot
-            try:
-                await self.write_run(write)
-                return
-            except RulesChanged:
-                await self.policy.rules_in_force()  # read them again, and decide the calls again
+        asked_for = [(request.tool_name, request.tool_call_id) for request in requests.approvals]
+        with tracing.requesting_calls(asked_for, run_id=run_id) as traced:  # in the run's trace, as it runs
+            for _ in range(5):  # the rules change rarely, and never five times while a run pauses
+                rule_set = await self.policy.held_rules()
+                outcomes = await self.policy.pause_outcomes(run_id, requests, rule_set)
+                write = paused_write(run_id, worker_id, requests, now=utcnow(), outcomes=outcomes, traced=traced)
+                write.messages = messages
+                write.results = _results(results)
+                write.rules_revision = rule_set.revision
+                write.snapshot = snapshot
+                try:
+                    await self.write_run(write)
+                    return
+                except RulesChanged:
+                    await self.policy.rules_in_force()  # read them again, and decide the calls again
         raise Conflict(f"Run {run_id!r}: the rules kept changing while it paused; it pauses at its next try")
 
     async def finish(

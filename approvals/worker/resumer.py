@@ -58,6 +58,7 @@ from ..exceptions import ApprovalsError, LeaseLost, NotFound, ToolExecutionError
 from ..logs import with_run
 from ..store import READY_CHANNEL, ClaimedRun, DecidedCall, Store
 from ..store.errors import describe, is_transient
+from ..store.metric_rollups import fold_metrics
 from ..store.models import RunRow
 from .history_cache import HistoryCache, MessageCount
 
@@ -666,11 +667,13 @@ async def _continue_in_slot(resumer: Resumer, claimed: ClaimedRun, slots: anyio.
 
 
 async def _expire_until_stopped(store: Store, seconds: float, stop: anyio.Event, health: WorkerHealth) -> None:
-    """Turn calls past their approval TTL into denials every `seconds`; an outage only delays it."""
+    """Turn calls past their approval TTL into denials every `seconds`, and fold the metrics' deltas into their
+    sums, so they stay few where nothing scrapes `/metrics`; an outage only delays both."""
     outage = Outage("expiring calls past their deadline", logger)
     while not stop.is_set():
         try:
             await store.calls.expire()
+            await fold_metrics(store.db)
         except Exception as exc:
             health.outage = True
             await _sleep_unless_stopped(outage.failed(describe(exc)), stop)

@@ -67,6 +67,24 @@ class Approvals:
     async def call(self, call_id: str) -> ToolCallRow:
         return await anyio.to_thread.run_sync(lambda: self.server.call(self.server.store.calls.get_call(call_id)))
 
+    async def settled(self) -> list[ToolCallRow]:
+        """Every stored call, once none is `executing`: the gateway reports how a call went after answering."""
+
+        async def none_executing() -> list[ToolCallRow] | None:
+            calls = await self.calls()
+            return calls if calls and all(c.status != "executing" for c in calls) else None
+
+        return await eventually(none_executing, "the gateway to report every outcome", seconds=30, interval=0.05)
+
+    async def settled_call(self, call_id: str) -> ToolCallRow:
+        """The call once it is no longer `executing` (its outcome reported)."""
+
+        async def reported() -> ToolCallRow | None:
+            call = await self.call(call_id)
+            return call if call.status != "executing" else None
+
+        return await eventually(reported, f"the gateway to report call {call_id}'s outcome", seconds=30, interval=0.05)
+
     async def decide(self, call_id: str, decision: dict[str, Any]) -> None:
         """Decide as a reviewer does, through the JSON API."""
         async with httpx.AsyncClient(timeout=30) as http:

@@ -126,8 +126,17 @@ class Gateway:
 
     @property
     def env(self) -> dict[str, str]:
-        """What the gateway reads besides its arguments: where our server is and the token to ask with."""
-        return {"APPROVALS_URL": self.approvals_url, "APPROVALS_TOKEN": self.token}
+        """What the gateway reads besides its arguments: where our server is, the token to ask with, and the
+        test's own folder for outcome reports not sent yet."""
+        return {
+            "APPROVALS_URL": self.approvals_url,
+            "APPROVALS_TOKEN": self.token,
+            "APPROVALS_MCP_OUTBOX": str(self.outbox),
+        }
+
+    @property
+    def outbox(self) -> Path:
+        return self.config.parent / "outbox"
 
     def server_entry(self) -> dict[str, Any]:
         """This gateway as one entry of a client's `mcpServers` (Claude Code's `--mcp-config`)."""

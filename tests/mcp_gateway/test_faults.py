@@ -9,14 +9,23 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
+import uvicorn
+from fastmcp import Client
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ..eventually import eventually
 from ..processes import free_port
-from .conftest import GIT_SERVER, Approvals, Gateway
+from .conftest import GIT_SERVER, Approvals, Gateway, _until_listening
 from .test_gateway import READ_ONLY_RULES, _log, staged, text, while_waiting
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +62,7 @@ async def test_a_call_nobody_decided_in_time_is_found_again_by_the_retry(
         result = await client.call_tool("git_commit", args, raise_on_error=False)
     assert not result.is_error, text(result)
     assert _log(repo) == ["approved", "first"]
-    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]
+    assert [(c.id, c.status) for c in await approvals.settled()] == [(call.id, "succeeded")]
 
 
 async def test_a_gateway_restarted_while_a_call_waits_loses_nothing(approvals: Approvals, gateway: Gateway) -> None:
@@ -75,7 +84,7 @@ async def test_a_gateway_restarted_while_a_call_waits_loses_nothing(approvals: A
         result = await client.call_tool("git_commit", args, raise_on_error=False)
     assert not result.is_error, text(result)
     assert _log(repo) == ["approved", "first"]
-    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]
+    assert [(c.id, c.status) for c in await approvals.settled()] == [(call.id, "succeeded")]
 
 
 async def test_an_upstream_error_is_the_calls_failed_outcome_and_reaches_the_model(
@@ -86,7 +95,7 @@ async def test_an_upstream_error_is_the_calls_failed_outcome_and_reaches_the_mod
     async with gateway.client() as client:
         result = await client.call_tool("git_status", {"repo_path": "/nowhere"}, raise_on_error=False)
     assert result.is_error and "outside the allowed repository" in text(result), text(result)
-    [call] = await approvals.calls()
+    [call] = await approvals.settled()
     assert call.status == "failed" and "outside the allowed repository" in str(call.result)
 
 
@@ -117,7 +126,7 @@ async def test_an_upstream_that_died_while_a_call_waited_is_started_again_for_it
     assert not result.is_error, text(result)
     assert int(pid_file.read_text()) != first["pid"]
     assert _log(repo) == ["approved", "first"]
-    assert [c.status for c in await approvals.calls()] == ["succeeded"]
+    assert [c.status for c in await approvals.settled()] == ["succeeded"]
 
 
 SLOW_UPSTREAM = '''
@@ -170,7 +179,7 @@ async def test_an_upstream_that_dies_in_the_middle_of_a_call_leaves_its_outcome_
             client, "slow_write", {"path": str(target), "text": "hi"}, approve_then_kill_mid_call
         )
     assert result.is_error and "may or may not have acted" in text(result), text(result)
-    [call] = await approvals.calls()
+    [call] = await approvals.settled()
     assert call.status == "outcome_unknown" and f"/calls/{call.id}" in text(result)
     assert not target.exists()
 
@@ -248,4 +257,70 @@ async def test_a_client_killed_over_streamable_http_while_its_call_waits_runs_no
         result = await retrying.call_tool("git_commit", args, raise_on_error=False)
     assert not result.is_error, text(result)
     assert _log(repo) == ["approved", "first"]
-    assert [(c.id, c.status) for c in await approvals.calls()] == [(call.id, "succeeded")]
+    assert [(c.id, c.status) for c in await approvals.settled()] == [(call.id, "succeeded")]
+
+
+@asynccontextmanager
+async def holding_outcome_reports(target: str) -> AsyncIterator[str]:
+    """An HTTP proxy to `target` that forwards every request but outcome reports, which it holds unanswered:
+    the gateway has answered its client and is still reporting when it is killed."""
+    release = anyio.Event()
+    async with httpx.AsyncClient(base_url=target, timeout=60) as upstream:
+
+        async def forward(request: Request) -> Response:
+            if request.url.path.endswith("/outcome"):
+                await release.wait()
+                return Response("held", 503)
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+            answer = await upstream.request(
+                request.method,
+                request.url.path,
+                params=request.query_params,
+                headers=headers,
+                content=await request.body(),
+            )
+            return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
+
+        methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        app = Starlette(routes=[Route("/{path:path}", forward, methods=methods)])
+        port = free_port()
+        config = uvicorn.Config(app, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+        server = uvicorn.Server(config)
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.serve)
+            await eventually(lambda: server.started, "the proxy to listen", seconds=10)
+            yield f"http://127.0.0.1:{port}"
+            release.set()
+            server.should_exit = True
+
+
+async def test_an_outcome_a_killed_gateway_kept_is_sent_by_the_next_one(approvals: Approvals, gateway: Gateway) -> None:
+    """The gateway answers its client before it reports how the call went: killed in between, it leaves the
+    report in its folder, and the next gateway on that folder sends it. Nothing is lost, nothing sent twice."""
+    await approvals.apply_rules(READ_ONLY_RULES)
+    gateway.servers = ("git",)
+    outbox = gateway.workdir / "outbox"
+    gateway.extra = ("--outbox", str(outbox))
+    async with holding_outcome_reports(approvals.url) as proxy:
+        gateway.url = proxy
+        gateway.port = port = free_port()
+        process = gateway._start("--transport", "http", "--port", str(port))
+        try:
+            await _until_listening(process, port, gateway.log)
+            async with Client(f"http://127.0.0.1:{port}/mcp", timeout=60) as client:
+                status = await client.call_tool("git_status", {"repo_path": str(gateway.upstreams.repo)})
+            assert "Repository status" in text(status)  # the client has its answer while the report is held
+            [kept] = await eventually(lambda: list(outbox.glob("*.json")), "the report to be kept")
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+    assert json.loads(kept.read_text())["outcome"] == "succeeded"
+    [call] = await approvals.calls()
+    assert call.status == "executing"  # ran, not reported yet
+
+    gateway.url = None
+    async with gateway.client() as client:  # the next gateway, straight to approvals, on the same folder
+        await client.list_tools()
+        [reported] = await approvals.settled()
+    assert (reported.id, reported.status) == (call.id, "succeeded")
+    assert list(outbox.glob("*.json")) == [] and not (outbox / "refused").exists()

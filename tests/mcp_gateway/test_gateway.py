@@ -65,7 +65,7 @@ async def test_a_write_approved_in_the_inbox_lands_on_disk(approvals: Approvals,
         result = await while_waiting(client, "fs_write_file", {"path": str(target), "content": "approved"}, approve)
     assert not result.is_error, text(result)
     assert target.read_text() == "approved"
-    call = await approvals.call(seen["call"].id)
+    call = await approvals.settled_call(seen["call"].id)
     assert call.status == "succeeded" and call.tool_name == "write_file" and call.agent_name == "claude-code"
     run = await anyio.to_thread.run_sync(
         lambda: approvals.server.call(approvals.server.store.runs.get_run(call.run_id))
@@ -119,7 +119,7 @@ async def test_git_commit_waits_for_approval_and_commits_once_approved(approvals
     async with gateway.client() as client:
         status = await client.call_tool("git_status", {"repo_path": str(repo)})  # one server: names unprefixed
         assert "change.txt" in text(status)
-        assert [c.status for c in await approvals.calls()] == ["succeeded"]  # read-only: a rule let it pass
+        assert [c.status for c in await approvals.settled()] == ["succeeded"]  # read-only: a rule let it pass
         result = await while_waiting(client, "git_commit", args, approve)
     assert not result.is_error, text(result)
     assert _log(repo) == ["approved", "first"]
@@ -149,7 +149,7 @@ async def test_served_over_streamable_http_an_approved_write_lands(approvals: Ap
         result = await while_waiting(client, "write_file", {"path": str(target), "content": "via http"}, approve)
     assert not result.is_error, text(result)
     assert target.read_text() == "via http"
-    [call] = await approvals.calls()
+    [call] = await approvals.settled()
     assert call.agent_name == "cursor" and call.status == "succeeded"
 
 
@@ -216,6 +216,6 @@ async def test_two_identical_calls_waiting_at_once_run_once_on_one_approval(
     assert len(results) == 2 and len(errors) == 1, [text(r) for r in results]
     assert "handed to another request with the same arguments" in errors[0]
     assert target.read_text() == "once"
-    [stored] = await approvals.calls()
+    [stored] = await approvals.settled()
     assert stored.id == pending.id and stored.status == "succeeded"
     assert approvals.audit_verifies()

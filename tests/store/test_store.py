@@ -399,6 +399,10 @@ async def test_inbox_keyset_pagination_and_filters(store: Store, tmp_path: Path)
     assert len((await store.calls.list_calls(search='"A-1"')).items) == 3
     assert (await store.calls.list_calls(search="no such text")).items == []
     assert await store.calls.count_calls_by_status() == {"pending": 6}
+    # counting stops past the cap (a million waiting calls are not counted at every refresh): cap + 1 says "more"
+    assert await store.calls.count_calls_by_status(cap=4) == {"pending": 5}
+    assert await store.calls.count_calls_by_status(cap=6) == {"pending": 6}
+    assert await store.calls.count_calls_by_status(tool_name="refund", cap=2) == {"pending": 3}
 
 
 async def test_every_change_is_audited_and_tampering_is_detected(store: Store, tmp_path: Path) -> None:

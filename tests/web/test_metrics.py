@@ -54,6 +54,7 @@ FIXED_NAMES = {
     "approvals_gate_waits",
     "approvals_gate_wait_seconds",
     "approvals_gate_fallbacks",
+    "approvals_gate_outcomes",
     "approvals_database_up",
 }
 """The contract's names as the parser gives them (counters without `_total`)."""
@@ -122,8 +123,9 @@ async def test_metrics_after_a_scripted_sequence(web: WebApp, db_url: str, tmp_p
     assert got[("approvals_decision_latency_seconds_bucket", (("le", "+Inf"),))] == 2
     assert got[("approvals_run_failures_total", (("reason", "ValueError"),))] == 1
     assert got[("approvals_runs", (("status", "failed"),))] == 1
-    assert got[("approvals_gate_waits_total", (("engine", "gate"),))] == 3  # denied, approved, expired
-    assert got[("approvals_gate_wait_seconds_count", ())] == 3
+    assert got[("approvals_gate_waits_total", (("engine", "gate"),))] == 2  # denied, approved: nobody waits on expiry
+    assert got[("approvals_gate_wait_seconds_count", ())] == 2
+    assert got[("approvals_gate_outcomes_total", (("engine", "gate"), ("outcome", "expired")))] == 1
     # another process: `approvals serve` on the same database answers the same numbers
     again = samples(await anyio.to_thread.run_sync(scrape_in_own_process, db_url, tmp_path))
     age = ("approvals_oldest_pending_call_age_seconds", ())
@@ -254,6 +256,43 @@ async def test_a_rule_allow_counts_for_its_rule_not_for_people(web: WebApp) -> N
     assert got[("approvals_rule_decisions_total", (("effect", "allow"), ("rule", "small-refunds")))] == 1
     assert not [name for name, _ in got if name == "approvals_decisions_total"]
     assert got[("approvals_decision_latency_seconds_count", ())] == 0
+
+
+async def test_gate_waits_count_only_calls_a_person_decided(web: WebApp) -> None:
+    """Issue 41, fault 2: gate calls a rule allowed or denied, or that expired, waited for nobody; they are
+    `approvals_gate_outcomes_total`, and the wait histogram holds only the call a person decided."""
+    rules = (
+        "rules:\n"
+        "  - name: small-refunds\n    tool: refund\n    when: args.amount < 50\n    effect: allow\n"
+        "  - name: huge-refunds\n    tool: refund\n    when: args.amount > 5000\n    effect: deny\n"
+        "    reason: too big for an agent\n"
+    )
+    await web.store.rules.apply_rules(load_rules(rules), actor=SYSTEM)
+    asked = {}
+    async with await asking_client(web) as agent:
+        for n, (amount, ttl) in enumerate(((10, None), (9000, None), (100, 3600), (200, None))):
+            body = gate_call(session_id=f"s-{n}", idempotency_key=f"k-{n}", approval_ttl=ttl)
+            body["args"] = {"order_id": f"A-{n}", "amount": amount}
+            response = await agent.post(
+                "/api/gate/calls", params={"wait": 0}, json={k: v for k, v in body.items() if v is not None}
+            )
+            assert response.status_code in (200, 201, 202), response.text
+            asked[amount] = response.json()["call_id"]
+    assert await web.store.calls.expire(now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) == 1
+    async with web.api("reviewer") as reviewer:
+        approved = await reviewer.post(f"/api/calls/{asked[200]}/decision", json={"verdict": "approve"})
+        assert approved.status_code == 200, approved.text
+    got = samples(await scrape(web))
+    assert got[("approvals_gate_waits_total", (("engine", "gate"),))] == 1
+    assert got[("approvals_gate_wait_seconds_count", ())] == 1
+    assert got[("approvals_gate_wait_seconds_bucket", (("le", "+Inf"),))] == 1
+    outcomes = {labels: v for (name, labels), v in got.items() if name == "approvals_gate_outcomes_total"}
+    assert outcomes == {
+        (("engine", "gate"), ("outcome", "rule_allowed")): 1,
+        (("engine", "gate"), ("outcome", "rule_denied")): 1,
+        (("engine", "gate"), ("outcome", "expired")): 1,
+    }
+    assert got[("approvals_decision_latency_seconds_count", ())] == 1
 
 
 async def test_every_metric_the_dashboard_and_the_readme_name_is_served(web: WebApp) -> None:

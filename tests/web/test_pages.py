@@ -25,6 +25,7 @@ from approvals.engines.native.messages import ModelRequest, ModelResponse, TextP
 from approvals.engines.native.models import TestModel
 from approvals.store import Actor
 from approvals.store.models import ToolCallRow
+from approvals.store.queries import COUNT_CAP
 from approvals_web.pages import audit as audit_page
 from approvals_web.pages import forms, views
 from approvals_web.pages import inbox as pages
@@ -888,3 +889,12 @@ def test_summaries_fit_on_one_line() -> None:
     long = views.summarize({"text": "x" * 500})
     assert len(long) == 110 and long.endswith("…")
     assert json.loads(views.summarize({"a": {"b": [1]}}).split("=", 1)[1]) == {"b": [1]}
+
+
+def test_counts_past_the_cap_read_as_more_than() -> None:
+    """The store stops counting a status past `COUNT_CAP` (it says cap + 1): the inbox shows "10,000+", and the
+    sum of statuses is "at least" as soon as one of them was cut."""
+    assert pages._shown(7) == "7" and pages._shown(COUNT_CAP) == str(COUNT_CAP)
+    assert pages._shown(COUNT_CAP + 1) == f"{COUNT_CAP:,}+"
+    assert pages._shown_sum({"pending": 3, "denied": 2}) == "5"
+    assert pages._shown_sum({"pending": COUNT_CAP + 1, "denied": 2}) == f"{COUNT_CAP + 2:,}+"

@@ -1,14 +1,17 @@
 """`/metrics`: Prometheus metrics read from the database at scrape time, by a custom collector.
 
-Every number comes from durable rows (`approvals.store.metrics_queries`), never from counters
-kept in a process: any web process answers the same numbers, whatever number of web and worker
-processes run, on however many hosts. `prometheus_client`'s multiprocess mode would need a
-directory shared by all processes and breaks across hosts and restarts; the database already
-holds the truth. A database that cannot be reached is `approvals_database_up 0` and nothing
-else, still answered 200, so the scrape itself reports the outage.
+Every number comes from the database (`approvals.store.metrics_queries`: rollups that triggers
+keep in the transactions of the writes, folded at scrape time), never from counters kept in a
+process: any web process answers the same numbers, whatever number of web and worker
+processes run, on however many hosts, and a scrape costs the same at any length of history.
+`prometheus_client`'s multiprocess mode would need a directory shared by all processes and
+breaks across hosts and restarts; the database already holds the truth. A database that
+cannot be reached is `approvals_database_up 0` and nothing else, still answered 200, so the
+scrape itself reports the outage.
 
-Access: a bearer token whose scope includes `metrics:read` (an unscoped token of any role too),
-or nothing with `APPROVALS_METRICS_PUBLIC=true`.
+Access (`metrics_access`): a bearer token whose scope includes `metrics:read` (an unscoped token of any
+role too), or nothing with `APPROVALS_METRICS_PUBLIC=true`; while the database is down, a token this
+process verified within the last hour still scrapes. Refusals are text/plain.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -28,7 +31,8 @@ from approvals.store.audit_sinks import SinkLag, sink_lags
 from approvals.store.errors import describe, is_transient
 from approvals.store.metrics_queries import BUCKETS, Histogram, MetricsSnapshot, read_metrics
 
-from .auth import app_context, current_actor
+from .auth import app_context
+from .metrics_access import metrics_refusal
 
 logger = logging.getLogger("approvals.web.metrics")
 router = APIRouter()
@@ -85,11 +89,19 @@ class SnapshotCollector(Collector):
         for site, behind in sorted(s.deliverer_lag.items()):
             lag.add_metric([site], behind)
         yield lag
-        waits = CounterMetricFamily("approvals_gate_waits", "Gate calls decided, by engine", labels=["engine"])
+        waits = CounterMetricFamily("approvals_gate_waits", "Gate calls a person decided, by engine", labels=["engine"])
         for engine, count in s.gate_waits:
             waits.add_metric([engine], count)
         yield waits
-        yield _histogram("approvals_gate_wait_seconds", "Gate call asked to decided", s.gate_wait)
+        yield _histogram("approvals_gate_wait_seconds", "Gate call asked to decided by a person", s.gate_wait)
+        outcomes = CounterMetricFamily(
+            "approvals_gate_outcomes",
+            "Gate calls nobody waited on: decided by a rule, or expired",
+            labels=["engine", "outcome"],
+        )
+        for engine, outcome, count in s.gate_outcomes:
+            outcomes.add_metric([engine, outcome], count)
+        yield outcomes
         fallbacks = CounterMetricFamily(
             "approvals_gate_fallbacks",
             "Hook answers given by the fallback: nobody decided within the wait",
@@ -111,12 +123,9 @@ def _histogram(name: str, documentation: str, histogram: Histogram) -> Histogram
 async def metrics(request: Request) -> Response:
     """The Prometheus text format; a token with `metrics:read` unless metrics are public."""
     context = app_context(request)
-    if not context.settings.metrics_public:
-        actor = await current_actor(request)
-        if actor is None:
-            raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
-        if actor.scopes is not None and not actor.may("metrics:read"):
-            raise HTTPException(403, f"This needs a token with the 'metrics:read' scope; {actor.id}'s token lacks it")
+    refused = await metrics_refusal(request)  # plain text, and a known token still scrapes in an outage
+    if refused is not None:
+        return refused
     snapshot: MetricsSnapshot | None
     try:
         snapshot = await read_metrics(context.db, GATE_ENGINES)

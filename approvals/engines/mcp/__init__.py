@@ -3,6 +3,7 @@
 - config.py: the `{"mcpServers": {...}}` file, read and checked (standard library only).
 - gate_client.py: the approvals server's HTTP gate, asked over httpx with a `calls:ask` token.
 - middleware.py: every `tools/call` asks the gate, waits, then forwards or refuses.
+- outcomes.py: how forwarded calls went, kept in a folder and sent to approvals off the caller's path.
 - proxy.py: the FastMCP server that proxies the upstreams, served over stdio or streamable HTTP.
 
 Nothing here imports FastMCP at `import approvals` time: it is the optional `mcp` extra,
@@ -15,6 +16,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from ...first_run import data_dir
 from .config import ConfigError, load_config
 
 __all__ = ("ConfigError", "load_config", "run")
@@ -34,11 +36,13 @@ def run(
     session: str | None = None,
     wait: float | None = None,
     progress_every: float | None = None,
+    outbox: Path | None = None,
 ) -> None:
     """Start the gateway and serve until the client goes; `ConfigError` or `ValueError` for bad settings.
 
     The URL and token come from the arguments, else `APPROVALS_URL` / `APPROVALS_TOKEN`, as
     the coding-CLI hook reads them. Without a token nothing could be asked, so it refuses to start.
+    `outbox`: the folder for outcome reports not sent yet (default: per server, in the data directory).
     """
     import anyio
 
@@ -51,13 +55,20 @@ def run(
     try:
         from .gate_client import GateClient
         from .middleware import DEFAULT_WAIT, GateSettings
+        from .outcomes import OutcomeOutbox, default_folder
         from .proxy import build_gateway, default_session, serve
     except ModuleNotFoundError as exc:  # fastmcp (the mcp extra) or httpx (the server extra) is not installed
         raise ValueError(f"the MCP gateway needs {exc.name}: pip install 'agent-approvals[mcp,server]'") from None
 
-    gate = GateClient(url or os.environ.get("APPROVALS_URL") or DEFAULT_URL, token)
+    approvals_url = url or os.environ.get("APPROVALS_URL") or DEFAULT_URL
+    gate = GateClient(approvals_url, token)
     settings = GateSettings(source=source, session=session, wait=DEFAULT_WAIT if wait is None else wait)
     if progress_every is not None:
         settings = dataclasses.replace(settings, poll_every=progress_every)
-    gateway = build_gateway(servers, gate, settings, default_session(Path.cwd(), config))
-    anyio.run(lambda: serve(gateway, gate, transport=transport, host=host, port=port))
+    folder = outbox or default_folder(data_dir(), approvals_url)
+    try:
+        reports = OutcomeOutbox(folder, gate)
+    except OSError as exc:
+        raise ValueError(f"the folder for outcome reports ({folder}) cannot be made: {exc}") from None
+    gateway = build_gateway(servers, gate, settings, default_session(Path.cwd(), config), reports)
+    anyio.run(lambda: serve(gateway, gate, reports, transport=transport, host=host, port=port))

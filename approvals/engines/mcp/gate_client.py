@@ -16,7 +16,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-__all__ = ("GateAnswer", "GateClient", "GateRefused", "GateUnavailable", "InvalidArguments")
+from ... import tracing
+
+__all__ = ("GateAnswer", "GateClient", "GateConflict", "GateRefused", "GateUnavailable", "InvalidArguments")
 
 logger = logging.getLogger("approvals.mcp")
 
@@ -33,6 +35,10 @@ class GateUnavailable(Exception):
 
 class GateRefused(GateUnavailable):
     """The server refused the request (a bad token, invalid arguments, a conflict): retrying will not help."""
+
+
+class GateConflict(GateRefused):
+    """The server has it otherwise already (409): an outcome reported twice, a call settled by a person."""
 
 
 class InvalidArguments(GateRefused):
@@ -96,7 +102,10 @@ class GateClient:
         params = {"wait": f"{wait:g}"} if wait else None
         timeout = httpx.Timeout(TIMEOUT_MARGIN + (wait or 0))
         try:
-            response = await self._client.request(method, path, params=params, timeout=timeout, **kwargs)
+            headers = tracing.carrier()  # the gateway's W3C traceparent when it traces: its calls join its trace
+            response = await self._client.request(
+                method, path, params=params, timeout=timeout, headers=headers, **kwargs
+            )
         except httpx.TransportError as exc:
             raise GateUnavailable(f"cannot reach the approvals server at {self.url} ({type(exc).__name__})") from None
         if response.status_code in (401, 403):
@@ -105,6 +114,8 @@ class GateClient:
             raise InvalidArguments(_fields(response))
         if response.status_code >= 500:
             raise GateUnavailable(f"the approvals server failed (HTTP {response.status_code})")
+        if response.status_code == 409:
+            raise GateConflict(f"the approvals server refused the call (HTTP 409): {_detail(response)}")
         if response.status_code >= 400:
             raise GateRefused(
                 f"the approvals server refused the call (HTTP {response.status_code}): {_detail(response)}"

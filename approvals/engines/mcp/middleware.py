@@ -42,6 +42,7 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import Tool, ToolResult
 
 from .gate_client import GateAnswer, GateClient, GateRefused, GateUnavailable, InvalidArguments
+from .outcomes import OutcomeOutbox
 
 __all__ = ("ApprovalMiddleware", "ClientRequest", "GateSettings")
 
@@ -55,7 +56,7 @@ POLL_EVERY = 10.0
 RETRY_EVERY = 1.0
 """Seconds between tries while the approvals server cannot be reached during a wait (a restart, say)."""
 REPORT_GRACE = 10.0
-"""Seconds the outcome report may take after the client went away mid-call."""
+"""Seconds an outcome report told on the call's path (the outbox could not keep it) may take."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,12 @@ class ApprovalMiddleware(Middleware):
         gate: GateClient,
         settings: GateSettings,
         default_session: Callable[[str], str],
+        outbox: OutcomeOutbox,
     ) -> None:
         self.upstream = upstream
         self.proxy = proxy
         self.gate = gate
+        self.outbox = outbox
         self.settings = settings
         self.default_session = default_session
 
@@ -238,7 +241,8 @@ class ApprovalMiddleware(Middleware):
         call_next: CallNext[mt.CallToolRequestParams, Any],
         answer: GateAnswer,
     ) -> Any:
-        """Run the approved call on the upstream and report how it went (the call is `executing` until then).
+        """Run the approved call on the upstream and report how it went (the call is `executing` until then);
+        the report goes through the outbox, so the result reaches the client without waiting for it.
 
         An upstream error result is the outcome `failed` and goes back to the model as it is. An
         exception (the upstream process died, the connection broke, the client went away
@@ -248,25 +252,29 @@ class ApprovalMiddleware(Middleware):
         try:
             result = await call_next(context)
         except BaseException as exc:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(REPORT_GRACE):
-                await self._report(answer, "outcome_unknown", {"error": _describe(exc)})
+            await self._report(answer, "outcome_unknown", {"error": _describe(exc)})
             if isinstance(exc, Exception):  # the proxy raises a dead upstream's "Connection closed" as a ToolError
                 raise ToolError(
                     f"The MCP server {self.upstream!r} failed while running the approved call ({_describe(exc)}); "
                     f"it may or may not have acted. Its outcome is for a person to settle: {answer.url}"
                 ) from None
             raise
-        if getattr(result, "is_error", False):
-            await self._report(answer, "failed", _result(result))
-        else:
-            await self._report(answer, "succeeded", _result(result))
+        await self._report(answer, "failed" if getattr(result, "is_error", False) else "succeeded", _result(result))
         return result
 
     async def _report(self, answer: GateAnswer, outcome: str, result: Any) -> None:
+        """Kept in the outbox before the client hears anything, and sent to approvals off the client's path;
+        told at once, on the path, when the outbox cannot keep it (a full disk)."""
         try:
-            await self.gate.report(answer.call_id, outcome, result)
-        except GateUnavailable as exc:  # the call stays `executing` for a person to settle; the result still counts
-            logger.warning("could not report the outcome of call %s (%s): %s", answer.call_id, outcome, exc)
+            self.outbox.put(answer.call_id, outcome, result)
+            return
+        except OSError as exc:
+            logger.warning("could not keep the outcome of call %s (%s): reporting it now", answer.call_id, exc)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(REPORT_GRACE):
+            try:
+                await self.gate.report(answer.call_id, outcome, result)
+            except GateUnavailable as exc:  # the call stays `executing` for a person to settle
+                logger.warning("could not report the outcome of call %s (%s): %s", answer.call_id, outcome, exc)
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastmcp import FastMCP
 from fastmcp.client.transports import ClientTransport, StdioTransport, StreamableHttpTransport
 from fastmcp.server import create_proxy
@@ -29,8 +30,12 @@ from fastmcp.server.providers.proxy import ProxyClient
 from .config import HttpServer, StdioServer, UpstreamServer
 from .gate_client import GateClient
 from .middleware import ApprovalMiddleware, GateSettings
+from .outcomes import OutcomeOutbox
 
 __all__ = ("build_gateway", "default_session", "serve")
+
+FLUSH_SECONDS = 5.0
+"""Seconds a stopping gateway gives its waiting outcome reports; the rest stay for the next gateway."""
 
 
 def default_session(cwd: Path, config: Path | None) -> Callable[[str], str]:
@@ -65,6 +70,7 @@ def build_gateway(
     gate: GateClient,
     settings: GateSettings,
     session_for: Callable[[str], str],
+    outbox: OutcomeOutbox,
     *,
     name: str = "approvals-mcp",
 ) -> FastMCP[Any]:
@@ -73,7 +79,7 @@ def build_gateway(
     several = len(servers) > 1
     for server in servers:
         proxy = create_proxy(ProxyClient(_transport(server)), name=server.name)
-        proxy.add_middleware(ApprovalMiddleware(server.name, proxy, gate, settings, session_for))
+        proxy.add_middleware(ApprovalMiddleware(server.name, proxy, gate, settings, session_for, outbox))
         gateway.mount(proxy, namespace=server.name if several else None)
     return gateway
 
@@ -81,16 +87,23 @@ def build_gateway(
 async def serve(
     gateway: FastMCP[Any],
     gate: GateClient,
+    outbox: OutcomeOutbox,
     *,
     transport: str,
     host: str = "127.0.0.1",
     port: int = 8765,
 ) -> None:
-    """Serve the gateway until the client goes (stdio) or the process is stopped (HTTP)."""
+    """Serve the gateway until the client goes (stdio) or the process is stopped (HTTP); the outbox sends
+    outcome reports meanwhile, and what is left at the end gets `FLUSH_SECONDS` to go."""
     try:
-        if transport == "stdio":
-            await gateway.run_stdio_async(show_banner=False)
-        else:
-            await gateway.run_http_async(transport="http", host=host, port=port, show_banner=False)
+        async with anyio.create_task_group() as group:
+            group.start_soon(outbox.run)
+            if transport == "stdio":
+                await gateway.run_stdio_async(show_banner=False)
+            else:
+                await gateway.run_http_async(transport="http", host=host, port=port, show_banner=False)
+            group.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await outbox.flush(FLUSH_SECONDS)
     finally:
         await gate.aclose()

@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 _SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}
+DRAIN_SECONDS = 2.0
+"""How long closing the database waits for connections in use (requests finishing) before it closes the pools."""
 
 
 def normalize_url(url: str | URL, *, sync: bool = False) -> URL:
@@ -146,14 +148,24 @@ class Database:
         return normalize_url(self.url, sync=True)
 
     async def dispose(self) -> None:
-        """Close all pooled connections."""
+        """Close all pooled connections, once those in use came back (`DRAIN_SECONDS` at most): a connection
+        returned after its pool was disposed would be left for the garbage collector, never closed."""
         if self.autocommit_connections is not None:
             await self.autocommit_connections.close()
-        await self.engine.dispose()
-        if self.read_engine is not self.engine:
-            await self.read_engine.dispose()
+        engines = [self.engine] if self.read_engine is self.engine else [self.engine, self.read_engine]
+        with anyio.move_on_after(DRAIN_SECONDS):
+            while any(_checked_out(engine) for engine in engines):  # noqa: ASYNC110 - a pool offers no awaitable "all returned"
+                await anyio.sleep(0.01)
+        for engine in engines:
+            await engine.dispose()
         if self.sqlite_writer is not None:
             await anyio.to_thread.run_sync(self.sqlite_writer.dispose)
+
+
+def _checked_out(engine: AsyncEngine) -> int:
+    """Connections of `engine`'s pool in use now (0 for a pool that does not keep them)."""
+    checkedout = getattr(engine.sync_engine.pool, "checkedout", None)
+    return int(checkedout()) if callable(checkedout) else 0
 
 
 @asynccontextmanager

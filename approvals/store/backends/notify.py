@@ -10,7 +10,7 @@ sends them with `pg_notify` and listens with `LISTEN`, across processes.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -29,11 +29,29 @@ __all__ = ("PENDING_CHANNEL", "READY_CHANNEL", "RUNS_CHANNEL", "Notifier")
 class Notifier:
     """Announces and listens for changes on named channels, within this process."""
 
+    look_every = 0.2
+    """Seconds between waiters' looks for changes no announcement told this process of (`store.waiters`):
+    here, another process's writes to the same SQLite file."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
         self._subscribers: dict[str, set[MemoryObjectSendStream[str]]] = defaultdict(set)
+        self._watchers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
         self._relayed: set[str] = set()
         """Channels a running `relay` listens to for this process: their listeners share it."""
+
+    def hears(self, channel: str) -> bool:
+        """Whether `watch` callbacks get the channel's announcements: this process's own, on SQLite."""
+        return True
+
+    def watch(self, channel: str, deliver: Callable[[str], None]) -> None:
+        """Call `deliver(payload)` for every announcement on `channel` this process hears, for its lifetime.
+
+        No stream and no task: the cheap way for one registry to serve many waiters (`store.waiters`).
+        `deliver` must not block; an empty payload means announcements may have been missed.
+        """
+        check_channel(channel)
+        self._watchers[channel].append(deliver)
 
     def publish(self, messages: list[tuple[str, str]]) -> None:
         """Deliver announcements to this process's listeners once their transaction committed."""
@@ -42,6 +60,8 @@ class Notifier:
 
     def _fan_out(self, channel: str, payload: str) -> None:
         """Hand `payload` to every listener of `channel` in this process."""
+        for deliver in self._watchers.get(channel, ()):
+            deliver(payload)
         for stream in list(self._subscribers[channel]):
             try:
                 stream.send_nowait(payload)

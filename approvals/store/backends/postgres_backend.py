@@ -160,6 +160,13 @@ class PostgresNotifier(Notifier):
     def publish(self, messages: list[tuple[str, str]]) -> None:
         """Nothing to do: the server delivered them at commit, to this process's listeners too."""
 
+    look_every = 1.0
+    """Only a safety net here: announcements reach every process through the server."""
+
+    def hears(self, channel: str) -> bool:
+        """Only while a `relay` serves the channel: then its LISTEN connection feeds `watch` callbacks too."""
+        return channel in self._relayed
+
     async def relay(
         self,
         channels: Collection[str],

@@ -355,7 +355,9 @@ class CallPage(BaseModel):
 
     items: list[CallOut]
     next_cursor: str | None
-    counts: dict[str, int]
+    counts: dict[str, int] = Field(
+        description="Calls by status; counting stops past 10,000: a status with more says 10001 (more than 10,000)."
+    )
 
 
 class ToolDefinitionOut(FromRow):

@@ -34,6 +34,7 @@ from approvals.calls.verdicts import Answer, Approve, Deny, EditAndApprove, Verd
 from approvals.exceptions import Conflict, Forbidden, InvalidEdit, NotFound, UserError
 from approvals.policy import Kind, StoredRule
 from approvals.service import Call, Decision, Run
+from approvals.store.queries import COUNT_CAP
 
 from .. import sse
 from ..auth import AdminPage, ContextDep, ReviewerPage, ViewerPage, verify_csrf
@@ -120,6 +121,17 @@ async def _row(
     )
 
 
+def _shown(count: int) -> str:
+    """A count as the inbox shows it: past `COUNT_CAP` the store stopped counting, so "10,000+"."""
+    return f"{COUNT_CAP:,}+" if count > COUNT_CAP else str(count)
+
+
+def _shown_sum(counts: dict[str, int]) -> str:
+    """Calls of any status: "at least" the capped sum when a status was past the cap."""
+    total = sum(min(count, COUNT_CAP) for count in counts.values())
+    return f"{total:,}+" if any(count > COUNT_CAP for count in counts.values()) else str(total)
+
+
 def _tool_names(context: AppContext) -> list[str]:
     names = {name for agent in context.registry.names for name in context.registry.get(agent).agent.tools}
     return sorted(names)
@@ -164,9 +176,11 @@ async def inbox(
             "filters": filters,
             "rows": [await _row(context, actor, call, options[call.id], remembered) for call in page.items],
             "may_decide": reviewer_refusal(actor, approving=False) is None,
-            "counts": [(s, counts.get(s, 0)) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING],
-            "total": sum(counts.values()),
-            "for_me_count": sum(mine_count.values()),
+            "counts": [
+                (s, _shown(counts.get(s, 0))) for s in views.CALL_STATUSES if counts.get(s) or s == CallStatus.PENDING
+            ],
+            "total": _shown_sum(counts),
+            "for_me_count": _shown_sum(mine_count),
             "for_me_url": "/?" + urlencode({**for_all, "for_me": "1"}),
             "everyone_url": "/?" + urlencode(for_all),
             "statuses": views.CALL_STATUSES,

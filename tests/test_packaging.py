@@ -50,6 +50,7 @@ SKIPPED = (
     # the MCP gateway's server side: FastMCP (the mcp extra) is a web stack of its own, loaded by `approvals mcp` only
     "approvals.engines.mcp.gate_client",
     "approvals.engines.mcp.middleware",
+    "approvals.engines.mcp.outcomes",
     "approvals.engines.mcp.proxy",
 )
 SDKS = {{

@@ -56,7 +56,7 @@ rules:
 
 @pytest.fixture
 def fake() -> Iterator[FakeSlack]:
-    slack = FakeSlack(channels={REVIEW: True, FINANCE: True, LOCKED: False})
+    slack = FakeSlack(channels={REVIEW: True, FINANCE: True, LOCKED: False}, trigger_seconds=60)
     slack.add_user(ALICE, "alice")
     slack.add_user(BOB, "bob", email="Bob@Example.com", confirmed=True)
     slack.add_user(NOBODY, "nobody")

@@ -55,6 +55,9 @@ SLOW = (
     "tests/mcp_gateway/test_faults.py",
     "tests/web/test_schemathesis.py",  # every API operation (32) with 25 generated requests each over HTTP: ~25 s
     "tests/web/test_metrics_prometheus.py",  # a real Prometheus scraping uvicorn servers; a PostgreSQL cluster stopped
+    "tests/store/test_call_waiters.py::test_calls_decided_one_by_one_in_another_process_each_wake_their_waiter",
+    "tests/test_tracing_otlp.py",  # three processes exporting to a real OTLP/HTTP receiver
+    "tests/test_tracing_calls.py::test_a_native_pause_is_traced_per_call_across_three_processes",
 )
 """Tests that take more than about 5 s by themselves: a module, a test (all its parameters) or one node id."""
 COSTLY_TO_COLLECT = {

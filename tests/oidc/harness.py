@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+import httpx
 import pytest
 import uvicorn
 from joserfc.jwk import RSAKey
@@ -29,6 +31,10 @@ from ..processes import free_port, wait_until_answering
 T = TypeVar("T")
 HERE = Path(__file__).parent
 USERS = {"alice": {"groups": ["eng-oncall", "staff"]}, "bob": {"groups": ["staff"]}, "eve": {"groups": ["visitors"]}}
+
+
+class PortTaken(Exception):
+    """The free port chosen for the provider was taken by another test's process before it listened."""
 
 
 def clis_dir() -> Path:
@@ -76,7 +82,7 @@ class Provider:
     def start(self, kid: str) -> None:
         """(Re)start the provider signing with a new key named `kid`: a restart rotates the key."""
         self.stop()
-        (self.folder / "keys.json").write_text(json.dumps([new_key(kid)]))
+        (self.folder / "keys.json").write_text(json.dumps([new_key(f"{kid}-{secrets.token_hex(4)}")]))
         env = {
             **os.environ,
             "PORT": str(self.port),
@@ -92,6 +98,16 @@ class Provider:
             ["node", str(self.folder / "provider.mjs")], env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
         wait_until_answering(self.process, self.issuer + "/.well-known/openid-configuration", log, seconds=30)
+        self._check_it_is_ours(keys_file=self.folder / "keys.json")
+
+    def _check_it_is_ours(self, keys_file: Path) -> None:
+        """Another test's provider may have taken the port first (tests run in parallel processes): then ours
+        exited, and the one answering publishes another key. `PortTaken` says to start again on another port."""
+        ours = {key["kid"] for key in json.loads(keys_file.read_text())}
+        discovery = httpx.get(self.issuer + "/.well-known/openid-configuration", timeout=5).json()
+        published = {key.get("kid") for key in httpx.get(discovery["jwks_uri"], timeout=5).json()["keys"]}
+        if self.process is None or self.process.poll() is not None or not ours <= published:
+            raise PortTaken(f"port {self.port} answers for another provider")
 
     def stop(self) -> None:
         if self.process is not None:
@@ -124,7 +140,15 @@ def oidc_provider(tmp_path: Path, app_url: str) -> Iterator[Provider]:
     (folder / "node_modules").symlink_to(clis_dir() / "node_modules")
     provider = Provider(port=free_port(), folder=folder, app_url=app_url)
     try:
-        provider.start("key-1")
+        for attempt in range(3):
+            try:
+                provider.start("key-1")
+                break
+            except PortTaken:
+                provider.stop()
+                if attempt == 2:
+                    raise
+                provider.port = free_port()
         yield provider
     finally:
         provider.stop()

@@ -3,6 +3,11 @@
 1. A gate request's latency when it is answered at once, per database: the first ask of a call
    (validated, stored, the hook's fallback answered; `wait=0`), and an ask of a call that is
    already decided (a retry, or a CLI resuming: the allow a tool waits for).
+1b. A hook's overhead on a call a standing rule allows, which is all a hook adds to the tool's
+   own run (without the hook the CLI runs the tool at once): the endpoint alone (one keep-alive
+   HTTP request: the call stored, decided by the rule, handed out) and the whole `approvals
+   hook claude-code` command a CLI spawns (start-up, the request, the answer printed),
+   interleaved, N=100 each.
 2. Decision -> waiting hook answered: a Claude Code hook long-polls one web process, a reviewer
    decides through another; the time from sending the decision to the hook's answer.
    PostgreSQL (two processes need a shared database); target p50 < 20 ms.
@@ -18,6 +23,7 @@ no decision was lost or given twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -40,6 +46,7 @@ from _databases import migrated_database
 from approvals.store import SYSTEM, Database, Store
 
 SAMPLES = 300
+HOOK_RUNS = 100
 HANDOFFS = 60
 WAITING = 500
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +159,53 @@ def bench_asking(kind: str) -> None:
                     again.append(elapsed)
         print(f"[{kind}] hook, first ask (stored, fallback answered): {percentiles(first)}")
         print(f"[{kind}] hook, ask of a decided call (allow):         {percentiles(again)}")
+
+
+def allow_bash(database_url: str) -> None:
+    """A standing rule that lets Claude Code's Bash calls through."""
+    from approvals.policy.files import parse_rules
+
+    async def save() -> None:
+        store = Store(Database(database_url))
+        [rule] = parse_rules([{"name": "bash", "engine": "claude_code", "tool": "Bash", "effect": "allow"}])
+        await store.rules.save_rule(rule, actor=SYSTEM)
+        await store.db.dispose()
+
+    asyncio.run(save())
+
+
+def bench_allowed_hook(kind: str) -> None:
+    approvals = Path(sys.executable).parent / "approvals"
+    with migrated_database(kind) as database_url:
+        asking, _ = tokens(database_url)
+        allow_bash(database_url)
+        with web_process(database_url) as (url, _):
+            agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {asking}"})
+            hook_env = {**os.environ, "APPROVALS_URL": url, "APPROVALS_TOKEN": asking}
+            endpoint: list[float] = []
+            command: list[float] = []
+            for i in range(HOOK_RUNS + 5):
+                started = time.perf_counter()
+                answer = agent.post("/api/hooks/claude-code", params={"wait": 0}, json=hook_input("r", f"e{i}"))
+                elapsed = time.perf_counter() - started
+                assert answer.json()["hookSpecificOutput"]["permissionDecision"] == "allow", answer.text
+                started = time.perf_counter()
+                done = subprocess.run(
+                    [str(approvals), "hook", "claude-code", "--wait", "5"],
+                    input=json.dumps(hook_input("r", f"c{i}")).encode(),
+                    env=hook_env,
+                    capture_output=True,
+                    check=False,
+                )
+                spawned = time.perf_counter() - started
+                assert json.loads(done.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow", done.stderr
+                if i >= 5:
+                    endpoint.append(elapsed)
+                    command.append(spawned)
+        print(f"[{kind}] rule-allowed call, hook endpoint alone:       {percentiles(endpoint)}")
+        print(
+            f"[{kind}] rule-allowed call, `approvals hook` command: {percentiles(command)}  (the hook's whole overhead)"
+        )
 
 
 def bench_handoff() -> None:
@@ -269,6 +323,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory():
         for kind in ("sqlite", "postgresql"):
             bench_asking(kind)
+        for kind in ("sqlite", "postgresql"):
+            bench_allowed_hook(kind)
         bench_handoff()
         for kind in ("sqlite", "postgresql"):
             bench_many_waiting(kind)

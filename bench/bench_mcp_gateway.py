@@ -1,11 +1,13 @@
 """The MCP gateway (issue 28): what passing through it costs, and how soon an approved call reaches the upstream.
 
 1. Pass-through: `read_text_file` of the real filesystem server (`mcp-server-filesystem`, from
-   `make clis`), allowed by a standing rule, called through `approvals mcp` and straight on the
-   upstream, by FastMCP clients over stdio, interleaved in the same run (one call each in turn,
-   N=200 each after a warm-up). The gateway's share is one gate request to `approvals serve`
-   (the rule answers at once) plus its proxying. Prints p50/p95 of each, the p50 ratio and the
-   absolute difference, on SQLite and on PostgreSQL.
+   `make clis`), allowed by a standing rule, called through `approvals mcp`, through a bare
+   FastMCP proxy of the same server (`create_proxy`, what the gateway is built on, with no gate:
+   the floor of any proxy in Python) and straight on the upstream, by FastMCP clients over stdio,
+   interleaved in the same run (one call each in turn, N=200 each after a warm-up). The gate's
+   own share is one gate request to `approvals serve` (the rule answers at once); the outcome
+   report goes off the caller's path. Prints p50/p95 of each, and the p50 differences, on
+   SQLite and on PostgreSQL.
 2. Decision -> forwarded call: a gated call waits in the gateway (no rule matches, so it asks a
    person); a reviewer approves through the JSON API; the time from the approval's HTTP response
    (and from sending it) to the upstream running the tool. The upstream is this file run as a
@@ -42,6 +44,7 @@ from approvals.policy.files import parse_rules
 from approvals.store import SYSTEM, Database, Store
 
 ROOT = Path(__file__).resolve().parent.parent
+THIS_FILE = Path(__file__).resolve()
 APPROVALS = Path(sys.executable).parent / "approvals"
 PASS_THROUGH = 200
 WARM_UP = 20
@@ -114,17 +117,23 @@ async def pass_through(folder: Path, binary: Path, url: str, token: str, kind: s
     config = folder.parent / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"files": {"command": str(binary), "args": [str(folder)]}}}))
     direct_transport = StdioTransport(str(binary), [str(folder)], keep_alive=False, log_file=folder.parent / "fs.log")
+    bare_args = [str(THIS_FILE), "--bare-proxy", str(config)]
+    bare_transport = StdioTransport(sys.executable, bare_args, keep_alive=False, log_file=folder.parent / "bare.log")
     gateway_log = folder.parent / "gateway.log"
     async with (
         connected(gateway_transport(config, url, token, gateway_log)) as gateway,
+        connected(bare_transport) as bare,
         connected(direct_transport) as direct,
     ):
         read = tool_named([tool.name for tool in await gateway.list_tools()], "read_text_file")
+        bare_read = tool_named([tool.name for tool in await bare.list_tools()], "read_text_file")
         arguments = {"path": str(note)}
         through: list[float] = []
+        proxied: list[float] = []
         straight: list[float] = []
+        clients = ((gateway, read, through), (bare, bare_read, proxied), (direct, "read_text_file", straight))
         for i in range(WARM_UP + PASS_THROUGH):
-            for client, name, samples in ((gateway, read, through), (direct, "read_text_file", straight)):
+            for client, name, samples in clients:
                 started = time.perf_counter()
                 result = await client.call_tool(name, arguments)
                 elapsed = time.perf_counter() - started
@@ -132,12 +141,15 @@ async def pass_through(folder: Path, binary: Path, url: str, token: str, kind: s
                 if i >= WARM_UP:
                     samples.append(elapsed)
     gate_p50, _ = percentiles(through)
+    bare_p50, _ = percentiles(proxied)
     direct_p50, _ = percentiles(straight)
     print(f"[{kind}] read_text_file through approvals mcp (allowed by a rule): {shown(through)}")
+    print(f"[{kind}] read_text_file through a bare FastMCP proxy (no gate):    {shown(proxied)}")
     print(f"[{kind}] read_text_file straight to the upstream:                  {shown(straight)}")
     print(
-        f"[{kind}] pass-through p50: {gate_p50 / direct_p50:.1f}x the direct call, "
-        f"+{(gate_p50 - direct_p50) * 1e3:.2f} ms ({PASS_THROUGH} calls each, interleaved)"
+        f"[{kind}] pass-through p50: +{(gate_p50 - direct_p50) * 1e3:.2f} ms over the direct call "
+        f"({gate_p50 / direct_p50:.1f}x), of which the gate +{(gate_p50 - bare_p50) * 1e3:.2f} ms and "
+        f"FastMCP's proxying +{(bare_p50 - direct_p50) * 1e3:.2f} ms ({PASS_THROUGH} calls each, interleaved)"
     )
 
 
@@ -171,6 +183,17 @@ def serve_stamps(log: Path) -> None:
         return f"stamped {label}"
 
     server.run(show_banner=False)
+
+
+def serve_bare_proxy(config: Path) -> None:
+    """A FastMCP proxy of the config's one server with nothing in front: what proxying alone costs."""
+    from fastmcp.client.transports import StdioTransport
+    from fastmcp.server import create_proxy
+    from fastmcp.server.providers.proxy import ProxyClient
+
+    [(name, server)] = json.loads(config.read_text())["mcpServers"].items()
+    upstream = StdioTransport(server["command"], server.get("args", []), keep_alive=True)
+    create_proxy(ProxyClient(upstream), name=name).run(show_banner=False)
 
 
 def stamps(log: Path) -> dict[str, float]:
@@ -246,6 +269,9 @@ def bench_handoff(kind: str) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--stamping-upstream"]:
         serve_stamps(Path(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["--bare-proxy"]:
+        serve_bare_proxy(Path(sys.argv[2]))
         return
     for kind in ("sqlite", "postgresql"):
         bench_pass_through(kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import Connection
@@ -29,18 +30,31 @@ if TYPE_CHECKING:
     from .claims import Claim, ClaimedRun, StaleLeaseCheck
     from .decision_rules import Decided
     from .run_plan import RunWrite
+    from .run_sql import Rows, Step
 
 if TYPE_CHECKING:
     UpsertInsert = postgresql.Insert | sqlite.Insert
     """Either database's INSERT … ON CONFLICT."""
 
-__all__ = ("Backend", "SelectT", "Transaction", "WakeUps")
+__all__ = ("Backend", "Finish", "SelectT", "Transaction", "WakeUps")
 
 SessionT = TypeVar("SessionT", AsyncSession, Connection)
 T = TypeVar("T")
 SelectT = TypeVar("SelectT", bound="Select[*tuple[Any, ...]]")
 WakeUps = list[tuple[str, str]]
 """(channel, payload) pairs."""
+
+
+@dataclass(frozen=True)
+class Finish(Generic[T]):
+    """How a checked write (`Backend.checked_write`) ends, decided in Python from its first statements' rows:
+    the statements that follow, its audit events and wake-ups, and what it returns. Raising instead ends it
+    with nothing written."""
+
+    result: T
+    steps: Sequence[Step] = ()
+    events: Sequence[AuditEvent] = ()
+    announcements: Sequence[tuple[str, str]] = ()
 
 
 class Transaction(Generic[SessionT]):
@@ -152,6 +166,22 @@ class Backend(Protocol):
         self, db: Database, body: Callable[[Transaction[Connection]], T]
     ) -> tuple[Transaction[Connection], T]:
         """One transaction of `body`'s synchronous statements, ended by `end_statements`; not yet announced."""
+        ...
+
+    def read_steps(self, db: Database, steps: Sequence[Step]) -> Awaitable[list[Rows]]:
+        """The rows of a few reads at once: PostgreSQL sends them in one round trip (each statement its own
+        snapshot, outside any transaction); SQLite runs them in one read transaction."""
+        ...
+
+    def checked_write(
+        self, db: Database, first: Sequence[Step], then: Callable[[list[Rows]], Finish[T]]
+    ) -> Awaitable[tuple[T, WakeUps]]:
+        """One transaction in two parts: `first`'s statements, then what `then` makes of their rows (`Finish`).
+
+        PostgreSQL sends each part in one round trip of a pipeline (the second with the audit appends, the
+        wake-ups and COMMIT); SQLite runs them on its cursor under the write lock. Returns `then`'s result
+        and the wake-ups this process still has to publish.
+        """
         ...
 
     def write_run(self, db: Database, write: RunWrite, stored_tool_versions: set[str]) -> Awaitable[WakeUps]:

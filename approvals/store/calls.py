@@ -20,35 +20,43 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from functools import cache
-from typing import Any, cast
+from typing import Any
 
 import anyio
-from sqlalchemy import RowMapping, Select, Table, and_, bindparam, select, update
+from sqlalchemy import update
 
 from .. import tracing
 from ..calls.actors import Actor
 from ..calls.engines import EngineKind, get_engine
 from ..calls.requests import ReportedOutcome, ValidatedRequest
-from ..calls.states import FINAL_RUN_STATUSES, CallStatus, RunStatus
+from ..calls.states import CallStatus
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
-from ..policy.evaluation import AskedCall, Outcome
-from ..policy.outcomes import call_columns, decided_details, rule_decision
-from .audit import call_event, run_event
-from .backend import Backend
+from ..policy.evaluation import AskedCall
+from .audit import call_event
 from .decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .decisions import DecisionOps
-from .models import RunRow, ToolCallRow
+from .models import ToolCallRow
 from .policy_evaluation import UnderRules
 from .queries import CallReads
-from .run_plan import tool_definition_row, utcnow
-from .run_sql import CONSUME_APPROVALS, INSERT_DECISIONS, Tx, insert_tool_definitions
+from .request_sql import (
+    CALL_BY_KEY,
+    HANDED_OUT_BY_ARGUMENTS,
+    OthersSession,
+    RequestedCall,
+    asked_before,
+    asked_before_steps,
+    request_steps,
+    requested,
+    same_call,
+    session_run_id,
+)
+from .run_plan import utcnow
+from .run_sql import CONSUME_APPROVALS, Tx
 from .waiters import call_waiters
 from .wakeups import PENDING_CHANNEL, RUNS_CHANNEL
 
 __all__ = ("SETTLED_OUTCOMES", "Calls", "session_run_id")
 
-CALLS = cast(Table, ToolCallRow.__table__)
 SETTLED_OUTCOMES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
 """What a caller may report of an approved call it ran: its outcome, or that it cannot tell."""
 _SETTLEABLE = (CallStatus.APPROVED, CallStatus.EXECUTING)
@@ -56,56 +64,6 @@ _SETTLEABLE = (CallStatus.APPROVED, CallStatus.EXECUTING)
 (the caller said so, or its session was cancelled while it ran) waits for a person, as a worker's does."""
 _WAKE_UP_EVERY = 1.0
 """Longest wait between looks at a call while waiting, should a wake-up be missed."""
-
-_SESSION_RUN = (
-    select(RunRow.engine, RunRow.agent_name, RunRow.status, RunRow.started_by, RunRow.trace_context)
-    .where(RunRow.id == bindparam("run_id"))
-    .with_for_update()
-)
-_SESSION_AND_CALL_BY_KEY = (
-    select(RunRow.started_by.label("session_opened_by"), *CALLS.c)
-    .select_from(
-        cast(Table, RunRow.__table__).outerjoin(
-            CALLS, and_(CALLS.c.run_id == RunRow.id, CALLS.c.tool_call_id == bindparam("key"))
-        )
-    )
-    .where(RunRow.id == bindparam("run_id"))
-)
-"""The session's run's opener, with its call under a key (its columns all None when there is none)."""
-_CALL_BY_KEY = select(CALLS).where(CALLS.c.run_id == bindparam("run_id"), CALLS.c.tool_call_id == bindparam("key"))
-
-
-def _oldest_call_by_arguments(*statuses: CallStatus) -> Select[Any]:
-    """The session's oldest call of this tool with these very (current) arguments, in one of `statuses`."""
-    return (
-        select(CALLS)
-        .where(
-            ToolCallRow.run_id == bindparam("run_id"),
-            ToolCallRow.tool_name == bindparam("tool_name"),
-            ToolCallRow.current_digest == bindparam("digest"),
-            ToolCallRow.status.in_(statuses),
-        )
-        .order_by(ToolCallRow.created_at)
-        .limit(1)
-    )
-
-
-_CALL_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.PENDING, CallStatus.APPROVED)
-"""A call of the session for these very arguments that waits, or is approved and not yet handed out."""
-_HANDED_OUT_BY_ARGUMENTS = _oldest_call_by_arguments(CallStatus.EXECUTING)
-"""The oldest call of the session for these very arguments that its caller was told to run."""
-
-
-def _call_fields(found: RowMapping | None) -> dict[str, Any] | None:
-    """The call's columns of a `_SESSION_AND_CALL_BY_KEY` row; None when the session holds no call under the key."""
-    if found is None or found["id"] is None:
-        return None
-    return {column.name: found[column.name] for column in CALLS.columns}
-
-
-def session_run_id(engine: str, source: str, session_id: str) -> str:
-    """The run a gate session's calls gather in: the same for every request of the session, in any process."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"approvals:{engine}:{source}:{session_id}").hex
 
 
 class Calls(DecisionOps, CallReads, UnderRules):
@@ -131,22 +89,14 @@ class Calls(DecisionOps, CallReads, UnderRules):
         request = validated.request
         if get_engine(request.engine).kind is not EngineKind.GATE:
             raise UserError(f"Engine {request.engine!r} is not a gate: its runs pause through its worker")
-        run_id = session_run_id(request.engine, request.source, request.session_id)
-        async with self.db.read() as session:  # asked before (a retry, a resumed CLI): no write needed
-            # one round trip: who opened the session (no row: nobody yet) and its call under this key, if any
-            key = {"run_id": run_id, "key": request.tool_call_id}
-            found = (await session.execute(_SESSION_AND_CALL_BY_KEY, key)).mappings().one_or_none()
-            if found is not None and found["session_opened_by"] != actor.id:
-                raise await self._refuse_session(validated, actor)
-            row = _call_fields(found)
-            if row is None and request.same_arguments_same_call:
-                same = {"run_id": run_id, "tool_name": request.tool_name, "digest": validated.args_digest}
-                row = (await session.execute(_CALL_BY_ARGUMENTS, same)).mappings().first()
-                if row is not None:
-                    return loaded_call(dict(row)), False
-            rule_set = await self.policy.rules_in_force(session) if row is None else None
-        if row is not None:
-            return _same_call(loaded_call(dict(row)), validated), False
+        looked = asked_before(await self.backend.read_steps(self.db, asked_before_steps(validated)))
+        if looked.opened_by is not None and looked.opened_by != actor.id:
+            raise await self._refuse_session(validated, actor)
+        if looked.by_key is not None:  # asked before (a retry, a resumed CLI): no write needed
+            return same_call(looked.by_key, validated), False
+        if looked.by_arguments is not None:
+            return looked.by_arguments, False
+        rule_set = await self.policy.rules_at(looked.rules_revision)
         now = utcnow()
         asked = AskedCall(
             engine=request.engine,
@@ -161,15 +111,27 @@ class Calls(DecisionOps, CallReads, UnderRules):
         )
         outcome = await self.policy.evaluate_policy(asked, rule_set)
         version = validated.definition.version
-        known = version in self._stored_tool_versions
         asked_for = [(request.tool_name, request.tool_call_id)]
+        run_id = session_run_id(request.engine, request.source, request.session_id)
         with tracing.requesting_calls(asked_for, engine=request.engine, agent=request.source, run_id=run_id) as traced:
+            new = RequestedCall(
+                validated=validated,
+                actor_id=actor.id,
+                now=now,
+                outcome=outcome,
+                hand_out=hand_out,
+                session_known=looked.opened_by is not None,
+                definition_stored=version in self._stored_tool_versions,
+                traced=traced,
+                call_id=uuid.uuid4().hex,
+            )
             try:
-                stored = await self.run_statements(
-                    lambda tx: _request(tx, validated, actor.id, now, outcome, hand_out, known, traced)
+                stored, wake_ups = await self.backend.checked_write(
+                    self.db, request_steps(new, self.backend), lambda rows: requested(new, rows)
                 )
-            except _OthersSession:  # opened by another since the read above
+            except OthersSession:  # opened by another since the look above
                 raise await self._refuse_session(validated, actor) from None
+        self.notifier.publish(wake_ups)
         self._stored_tool_versions.add(version)
         return stored
 
@@ -283,10 +245,10 @@ class Calls(DecisionOps, CallReads, UnderRules):
             found = None
             if reported.tool_call_id is not None:
                 key = {"run_id": run_id, "key": reported.tool_call_id}
-                found = (await session.execute(_CALL_BY_KEY, key)).mappings().one_or_none()
+                found = (await session.execute(CALL_BY_KEY, key)).mappings().one_or_none()
             if found is None:
                 same = {"run_id": run_id, "tool_name": reported.tool_name, "digest": reported.args_digest}
-                found = (await session.execute(_HANDED_OUT_BY_ARGUMENTS, same)).mappings().first()
+                found = (await session.execute(HANDED_OUT_BY_ARGUMENTS, same)).mappings().first()
         if found is None or found["status"] != CallStatus.EXECUTING:
             return None
         return await self.settle_call(found["id"], CallStatus.SUCCEEDED, reported.result, actor=actor)
@@ -306,128 +268,6 @@ class Calls(DecisionOps, CallReads, UnderRules):
         details = {"fallback": fallback, "waited_seconds": round(waited, 3)}
         async with self.transaction() as tx:
             tx.record(call_event(actor_id, "call.fallback", call, details))
-
-
-def _request(
-    tx: Tx,
-    validated: ValidatedRequest,
-    actor_id: str,
-    now: dt.datetime,
-    outcome: Outcome,
-    hand_out: bool,
-    definition_stored: bool,
-    traced: tracing.RequestedCalls,
-) -> tuple[ToolCallRow, bool]:
-    request = validated.request
-    run_id = session_run_id(request.engine, request.source, request.session_id)
-    run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()  # a session asks many times
-    created = None
-    if run is None:  # its first call: the session's run begins (unless another request began it meanwhile)
-        insert_run = tx.backend.insert(RunRow).on_conflict_do_nothing()
-        created = tx.session.execute(
-            insert_run.returning(RunRow.id),
-            {
-                "id": run_id,
-                "agent_name": request.source,
-                "engine": request.engine,
-                "session_id": request.session_id,
-                "status": RunStatus.RUNNING,
-                "started_by": actor_id,
-                "trace_context": traced.context(0),  # the session's trace: its first call's
-                "message_count": 0,
-                "created_at": now,
-                "updated_at": now,
-            },
-        ).one_or_none()
-        run = tx.session.execute(_SESSION_RUN, {"run_id": run_id}).one_or_none()
-        assert run is not None  # inserted above, or by the other request
-    if created is not None:
-        details = {"engine": request.engine, "session_id": request.session_id}
-        tx.record(run_event(actor_id, "run.started", run_id, request.source, details, at=now))
-    elif run.started_by != actor_id:
-        raise _OthersSession
-    elif run.status in FINAL_RUN_STATUSES:
-        raise Conflict(f"Session {request.session_id!r} of {request.source!r} ended ({run.status})", status=run.status)
-    if not definition_stored:  # a version's definition never changes: once stored, it is not sent again
-        tx.session.execute(insert_tool_definitions(tx.backend), [tool_definition_row(validated.definition, now)])
-    row = {
-        "id": uuid.uuid4().hex,
-        "run_id": run_id,
-        "tool_call_id": request.tool_call_id,
-        "agent_name": request.source,
-        "tool_name": request.tool_name,
-        "tool_version": validated.definition.version,
-        "args": validated.args,
-        "args_digest": validated.args_digest,
-        "reason": request.reason,
-        "context": dict(request.context) if request.context is not None else None,
-        "idempotent": False,
-        "requested_by": actor_id,
-        "trace_context": traced.context(0),
-        "created_at": now,
-        "updated_at": now,
-        **call_columns(
-            outcome, approvals_required=request.approvals_required, expires_at=request.expires_at(now), now=now
-        ),
-    }
-    handed_out = hand_out and row["status"] == CallStatus.APPROVED
-    if handed_out:
-        row["status"] = CallStatus.EXECUTING
-    if tx.session.execute(_insert_call(tx.backend), row).one_or_none() is None:  # asked at the same moment
-        existing = tx.session.execute(_CALL_BY_KEY, {"run_id": run_id, "key": request.tool_call_id})
-        found = existing.mappings().one_or_none()
-        assert found is not None  # the key's call, which kept this one out
-        return _same_call(loaded_call(dict(found)), validated), False
-    call = loaded_call({column.name: row.get(column.name) for column in CALLS.columns})
-    traced.stored(0, call.id)
-    traced.in_run(run.trace_context)
-    requested: dict[str, Any] = {"args": call.args, "args_digest": call.args_digest}
-    if policy := outcome.details():
-        requested["policy"] = policy
-    tx.record(call_event(actor_id, "call.requested", call, requested, at=now))
-    decided = decided_details(outcome, call.args_digest)
-    if decided is not None:
-        action, details = decided
-        tx.record(call_event(outcome.actor or actor_id, action, call, details, at=now))
-        if (decision := rule_decision(outcome, call.id, call.args_digest, now, used=handed_out)) is not None:
-            tx.session.execute(INSERT_DECISIONS, decision)
-        if handed_out:
-            tx.record(call_event(actor_id, "call.executing", call, {"args_digest": call.args_digest}, at=now))
-    elif run.status == RunStatus.RUNNING:
-        tx.session.execute(
-            update(RunRow).where(RunRow.id == run_id).values(status=RunStatus.AWAITING_APPROVAL, updated_at=now)
-        )
-        waiting = {"waiting_for": [request.tool_call_id]}
-        tx.record(run_event(actor_id, "run.paused", run_id, request.source, waiting, at=now))
-    tx.announce(PENDING_CHANNEL, run_id)
-    tx.announce(RUNS_CHANNEL, run_id)
-    return call, True
-
-
-@cache
-def _insert_call(backend: Backend) -> Any:
-    """A new call, unless its session already holds one under its key (another request asked at the same moment)."""
-    return (
-        backend.insert(ToolCallRow)
-        .on_conflict_do_nothing(index_elements=["run_id", "tool_call_id"])
-        .returning(ToolCallRow.id)
-    )
-
-
-def _same_call(call: ToolCallRow, validated: ValidatedRequest) -> ToolCallRow:
-    """The call asked for again under its key; a `Conflict` if the key now comes with other arguments."""
-    request = validated.request
-    if call.args_digest != validated.args_digest or call.tool_name != request.tool_name:
-        raise Conflict(
-            f"Call {request.tool_call_id!r} of session {request.session_id!r} was asked for with other "
-            "arguments; a new call needs a new tool_call_id",
-            status=call.status,
-        )
-    return call
-
-
-class _OthersSession(Exception):
-    """The session's run was opened by another actor (found in the request's transaction, which it rolls back)."""
 
 
 def _check_asker(call: ToolCallRow, actor: Actor) -> None:

@@ -111,6 +111,13 @@ class PolicyEvaluation:
         self._rule_set = rule_set
         return rule_set
 
+    async def rules_at(self, revision: int) -> RuleSet:
+        """The compiled rules at `revision` (read already, with other things): those held when it is theirs."""
+        current = self._rule_set
+        if current is not None and current.revision == revision:
+            return current
+        return await self.rules_in_force()
+
     async def evaluate_policy(self, call: AskedCall, rule_set: RuleSet | None = None) -> Outcome:
         """What the rules in force (or `rule_set`, read already) decide for `call`; a condition's failure is
         noted on its rule, once."""

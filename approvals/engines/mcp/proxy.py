@@ -75,13 +75,27 @@ def build_gateway(
     name: str = "approvals-mcp",
 ) -> FastMCP[Any]:
     """A FastMCP server that proxies `servers`, asking `gate` before every tool call."""
+    if len(servers) == 1:  # the proxy itself: a mount is one more server's dispatch on every call (~1 ms)
+        [server] = servers
+        return _gated_proxy(server, name, gate, settings, session_for, outbox)
     gateway: FastMCP[Any] = FastMCP(name=name)
-    several = len(servers) > 1
     for server in servers:
-        proxy = create_proxy(ProxyClient(_transport(server)), name=server.name)
-        proxy.add_middleware(ApprovalMiddleware(server.name, proxy, gate, settings, session_for, outbox))
-        gateway.mount(proxy, namespace=server.name if several else None)
+        gateway.mount(_gated_proxy(server, server.name, gate, settings, session_for, outbox), namespace=server.name)
     return gateway
+
+
+def _gated_proxy(
+    server: UpstreamServer,
+    name: str,
+    gate: GateClient,
+    settings: GateSettings,
+    session_for: Callable[[str], str],
+    outbox: OutcomeOutbox,
+) -> FastMCP[Any]:
+    """A proxy of one upstream with its `ApprovalMiddleware`."""
+    proxy = create_proxy(ProxyClient(_transport(server)), name=name)
+    proxy.add_middleware(ApprovalMiddleware(server.name, proxy, gate, settings, session_for, outbox))
+    return proxy
 
 
 async def serve(

@@ -31,19 +31,20 @@ from ..._outage import Outage
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ..audit import AuditEvent
-from ..backend import SelectT, Transaction, statements_in_one_transaction
+from ..backend import Finish, SelectT, Transaction, statements_in_one_transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck
 from ..decision_rules import Decided
 from ..errors import describe
 from ..wakeups import check_channel
 from .notify import Notifier
-from .postgres import chain_and_wake, pg_run_write
+from .postgres import chain_and_wake, pg_rows, pg_run_write, pipelined
 from .postgres_claim import pg_claim
 from .postgres_decisions import pg_decide
 
 if TYPE_CHECKING:
     from ..backend import UpsertInsert
     from ..run_plan import RunWrite
+    from ..run_sql import Rows, Step
     from .database import Database
 
 __all__ = ("CHAIN_CHUNK", "PostgresBackend", "PostgresNotifier")
@@ -110,6 +111,18 @@ class PostgresBackend:
         whole = statements_in_one_transaction(self, body)
         async with db.write() as session:
             return await session.run_sync(lambda sync_session: whole(sync_session.connection()))
+
+    async def read_steps(self, db: Database, steps: Sequence[Step]) -> list[Rows]:
+        return await pg_rows(db, steps)
+
+    async def checked_write(
+        self, db: Database, first: Sequence[Step], then: Callable[[list[Rows]], Finish[T]]
+    ) -> tuple[T, WakeUps]:
+        async with pipelined(db) as transaction:
+            finish = then(await transaction.run(first))  # raising: the block rolls the transaction back
+            await transaction.send(finish.steps)
+            await transaction.commit(finish.events, finish.announcements)
+        return finish.result, []  # sent by the server at commit
 
     async def write_run(self, db: Database, write: RunWrite, stored_tool_versions: set[str]) -> WakeUps:
         await pg_run_write(db, write, stored_tool_versions)

@@ -21,11 +21,11 @@ from sqlalchemy.sql.expression import Executable
 from ...calls.actors import Actor
 from ...calls.verdicts import Verdict
 from ..audit import write_chained
-from ..backend import SelectT, Transaction, statements_in_one_transaction
+from ..backend import Finish, SelectT, Transaction, statements_in_one_transaction
 from ..claims import Claim, ClaimedRun, StaleLeaseCheck, claim_locked
 from ..decision_rules import Decided
 from ..decision_sql import decide_statements
-from ..run_sql import apply_write
+from ..run_sql import Rows, Step, apply_write, run_steps
 from .notify import Notifier
 
 if TYPE_CHECKING:
@@ -87,6 +87,23 @@ class SQLiteBackend:
         self, db: Database, body: Callable[[Transaction[Connection]], T]
     ) -> tuple[Transaction[Connection], T]:
         return await db.write_statements(statements_in_one_transaction(self, body))
+
+    async def read_steps(self, db: Database, steps: Sequence[Step]) -> list[Rows]:
+        async with db.read() as session:
+            return [(await session.execute(step.statement, step.params)).all() for step in steps]
+
+    async def checked_write(
+        self, db: Database, first: Sequence[Step], then: Callable[[list[Rows]], Finish[T]]
+    ) -> tuple[T, WakeUps]:
+        def whole(tx: Transaction[Connection]) -> T:
+            finish = then(run_steps(tx, first))
+            run_steps(tx, finish.steps)
+            tx.events.extend(finish.events)
+            tx.announcements.extend(finish.announcements)
+            return finish.result
+
+        tx, result = await self.run_statements(db, whole)
+        return result, tx.announcements
 
     async def write_run(self, db: Database, write: RunWrite, stored_tool_versions: set[str]) -> WakeUps:
         tx, _ = await self.run_statements(db, lambda tx: apply_write(tx, write, stored_tool_versions))

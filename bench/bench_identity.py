@@ -69,7 +69,7 @@ from approvals.store.models import DecisionRow, ToolCallRow
 from approvals_web.app import create_app
 from approvals_web.settings import Settings
 from tests.fixtures.fake_slack import FakeSlack, SlackMessage, running_fake_slack, sign
-from tests.oidc.harness import App, Provider, provider_and_app
+from tests.oidc.harness import App, Provider, oidc_provider, provider_and_app
 from tests.processes import free_port
 from tests.web.test_sso import FORM, HIDDEN
 
@@ -435,7 +435,11 @@ def report(kind: str, result: Refusals) -> None:
 
 
 def one_database(kind: str, url: str, fake: FakeSlack) -> None:
-    with tempfile.TemporaryDirectory() as folder, provider_and_app(url, Path(folder)) as (provider, app):
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        oidc_provider(Path(folder), "http://127.0.0.1:1") as shared,
+        provider_and_app(url, shared) as (provider, app),
+    ):
         # 1. sign-in round trips
         sign_in(app.url, "alice").client.close()  # warm-up: discovery and the provider's keys fetched once
         legs = []

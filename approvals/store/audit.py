@@ -24,6 +24,7 @@ from .models import AuditEventRow
 __all__ = (
     "GENESIS_HASH",
     "AuditEvent",
+    "CallNames",
     "AuditVerification",
     "call_event",
     "run_event",
@@ -75,7 +76,7 @@ class AuditEvent:
     at: dt.datetime = field(default_factory=lambda: clock.now())
 
 
-class _CallNames(Protocol):
+class CallNames(Protocol):
     """What an event about a call reads of it: a `ToolCallRow`, or a row of those columns."""
 
     @property
@@ -89,7 +90,7 @@ class _CallNames(Protocol):
 
 
 def call_event(
-    actor: str, action: str, call: _CallNames, details: dict[str, Any] | None = None, *, at: dt.datetime | None = None
+    actor: str, action: str, call: CallNames, details: dict[str, Any] | None = None, *, at: dt.datetime | None = None
 ) -> AuditEvent:
     """An event about a call: its run, agent and tool come from the row, so no event names them wrong."""
     return AuditEvent(

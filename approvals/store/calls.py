@@ -32,7 +32,7 @@ from ..calls.requests import ReportedOutcome, ValidatedRequest
 from ..calls.states import CallStatus
 from ..exceptions import Conflict, Forbidden, NotFound, UserError
 from ..policy.evaluation import AskedCall
-from .audit import call_event
+from .audit import CallNames, call_event
 from .decision_sql import LOCK_CALL, LOCK_RUN, loaded_call
 from .decisions import DecisionOps
 from .models import ToolCallRow
@@ -152,18 +152,19 @@ class Calls(DecisionOps, CallReads, UnderRules):
         _check_asker(call, actor)
         return call
 
-    async def wait_for_decision(self, call_id: str, *, seconds: float) -> ToolCallRow:
+    async def wait_for_decision(self, call_id: str, *, seconds: float, run_id: str | None = None) -> ToolCallRow:
         """The call once it no longer waits for people, or as it stands after `seconds`.
 
-        Returns at once for a decided call. A pending call past its time to decide is
-        expired here, so a waiting caller hears of it without a worker running. Waiting is
+        Returns at once for a decided call (`run_id`: the call's run, when the caller knows it). A pending call
+        past its time to decide is expired here, so a waiting caller hears of it without a worker running. Waiting is
         an event in this process's registry (`waiters.CallWaiters`), set only by its own run's
         announcements: nothing is read while it waits, and no row or session is held.
         """
         waiters = call_waiters(self.db, self.notifier)
         if waiters is None:  # this process hears no announcements without a listener of its own
             return await self._wait_listening(call_id, seconds)
-        run_id = (await self.get_call(call_id)).run_id
+        if run_id is None:  # the caller knows it when it read the call just before
+            run_id = (await self.get_call(call_id)).run_id
         with anyio.move_on_after(seconds):
             async with waiters.waiting(run_id) as waiter:
                 while True:
@@ -259,7 +260,7 @@ class Calls(DecisionOps, CallReads, UnderRules):
         async with self.transaction() as tx:
             tx.audit(actor_id, "call.refused", "gate", engine, details={"reason": reason, **details})
 
-    async def record_fallback(self, call: ToolCallRow, *, fallback: str, waited: float, actor_id: str) -> None:
+    async def record_fallback(self, call: CallNames, *, fallback: str, waited: float, actor_id: str) -> None:
         """Audit a hook answered with its fallback because nobody decided within its wait (`call.fallback`).
 
         The call stays pending: the CLI asks its user or denies, and a later decision still

@@ -16,6 +16,7 @@ own transaction, and the audit chain numbers events in commit order.
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -98,17 +99,23 @@ class CallWaiters:
 
     async def sleep(self, waiter: Waiter, seconds: float) -> None:
         """Until the waiter's run changed, it was handed the watch, or `seconds` passed."""
+        if math.isinf(seconds):  # no cancel scope of its own: thousands wait at once, each scope costs a KiB
+            await self._sleep(waiter)
+            return
         with anyio.move_on_after(seconds):
-            while not waiter.event.is_set():
-                if self._watcher is None:
-                    self._watcher = waiter
-                if self._watcher is not waiter:
-                    await waiter.event.wait()
-                    return
-                with anyio.move_on_after(self.notifier.look_every):
-                    await waiter.event.wait()
-                if not waiter.event.is_set():
-                    await self._look()
+            await self._sleep(waiter)
+
+    async def _sleep(self, waiter: Waiter) -> None:
+        while not waiter.event.is_set():
+            if self._watcher is None:
+                self._watcher = waiter
+            if self._watcher is not waiter:
+                await waiter.event.wait()
+                return
+            with anyio.move_on_after(self.notifier.look_every):
+                await waiter.event.wait()
+            if not waiter.event.is_set():
+                await self._look()
 
     def wake(self, run_id: str) -> None:
         """The run's waiters look at their calls again; an empty run id (announcements missed) wakes every one."""

@@ -31,6 +31,7 @@ from ..processes import free_port, wait_until_answering
 T = TypeVar("T")
 HERE = Path(__file__).parent
 USERS = {"alice": {"groups": ["eng-oncall", "staff"]}, "bob": {"groups": ["staff"]}, "eve": {"groups": ["visitors"]}}
+CLIENT: dict[str, object] = {"grant_types": ["authorization_code"], "response_types": ["code"]}
 
 
 class PortTaken(Exception):
@@ -61,6 +62,38 @@ class Provider:
     def issuer(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def serve(self, app_url: str) -> None:
+        """Send people back to the app at `app_url` from now on: the test client `approvals` (and `other-app`,
+        another application at the same provider, whose codes and tokens are not for approvals) redirect there
+        only. The provider reads the clients at each request (see provider.mjs)."""
+        self.app_url = app_url
+        redirect = [f"{app_url}/sso/test/callback"]
+        clients = {
+            "approvals": {
+                **CLIENT,
+                "client_id": "approvals",
+                "client_secret": "test-secret",
+                "redirect_uris": redirect,
+                "post_logout_redirect_uris": [f"{app_url}/login"],
+            },
+            "other-app": {
+                **CLIENT,
+                "client_id": "other-app",
+                "client_secret": "other-secret",
+                "redirect_uris": redirect,
+            },
+        }
+        _write_whole(self.folder / "clients.json", clients)
+
+    def reset(self, app_url: str) -> None:
+        """As started, for a new test whose app is at `app_url`: the right ID tokens, every user's first groups.
+        A provider that is no longer running (a test's restart failed) is started again."""
+        self.hand_out(None)
+        _write_whole(self.folder / "users.json", USERS)
+        self.serve(app_url)
+        if self.process is None or self.process.poll() is not None:
+            self.launch("key-1")
+
     def set_groups(self, user: str, groups: list[str]) -> None:
         """Change `user`'s groups at the provider: the next sign-in carries them."""
         users = json.loads((self.folder / "users.json").read_text())
@@ -75,21 +108,32 @@ class Provider:
         if mode is None:
             file.unlink(missing_ok=True)
             return
-        part = file.with_suffix(".part")
-        part.write_text(json.dumps(mode))
-        part.replace(file)  # whole or not at all: the provider reads it at each token request
+        _write_whole(file, mode)
+
+    def launch(self, kid: str) -> None:
+        """Start the provider signing with `kid` on its port, or on another if another test's process took it."""
+        for attempt in range(3):
+            try:
+                self.start(kid)
+                return
+            except PortTaken:
+                self.stop()
+                if attempt == 2:
+                    raise
+                self.port = free_port()
 
     def start(self, kid: str) -> None:
         """(Re)start the provider signing with a new key named `kid`: a restart rotates the key."""
         self.stop()
+        if not (self.folder / "clients.json").exists():
+            self.serve(self.app_url)
         (self.folder / "keys.json").write_text(json.dumps([new_key(f"{kid}-{secrets.token_hex(4)}")]))
         env = {
             **os.environ,
             "PORT": str(self.port),
             "KEYS": str(self.folder / "keys.json"),
             "USERS": str(self.folder / "users.json"),
-            "REDIRECT_URI": f"{self.app_url}/sso/test/callback",
-            "POST_LOGOUT_URI": f"{self.app_url}/login",
+            "CLIENTS": str(self.folder / "clients.json"),
             "ID_TOKEN": str(self.folder / "id_token.json"),
         }
         log = self.folder / "provider.log"
@@ -140,15 +184,7 @@ def oidc_provider(tmp_path: Path, app_url: str) -> Iterator[Provider]:
     (folder / "node_modules").symlink_to(clis_dir() / "node_modules")
     provider = Provider(port=free_port(), folder=folder, app_url=app_url)
     try:
-        for attempt in range(3):
-            try:
-                provider.start("key-1")
-                break
-            except PortTaken:
-                provider.stop()
-                if attempt == 2:
-                    raise
-                provider.port = free_port()
+        provider.launch("key-1")
         yield provider
     finally:
         provider.stop()
@@ -170,24 +206,32 @@ def provider_settings(provider: Provider, **overrides: object) -> OidcProvider:
 
 
 @contextmanager
-def provider_and_app(database_url: str, tmp_path: Path, **overrides: object) -> Iterator[tuple[Provider, App]]:
-    """The provider and the app (uvicorn on a free port, no worker) configured with it as `test`."""
+def provider_and_app(database_url: str, provider: Provider, **overrides: object) -> Iterator[tuple[Provider, App]]:
+    """`provider` (one per process, tests/web/conftest.py: `oidc`), reset for this test, and a new app (uvicorn on
+    a free port, no worker) configured with it as `test`."""
     app_port = free_port()
-    with oidc_provider(tmp_path, f"http://127.0.0.1:{app_port}") as provider:
-        configured = provider_settings(provider, **overrides)
-        app = create_app(
-            Settings(database_url=database_url, worker=False, secret_key="sso-test-secret", oidc_providers=[configured])
-        )
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=app_port, log_level="warning"))
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        try:
-            yield provider, App(provider.app_url, app.state.context.store, loop)
-        finally:
-            server.should_exit = True
-            thread.join(timeout=20)
-            loop.close()
+    provider.reset(f"http://127.0.0.1:{app_port}")
+    configured = provider_settings(provider, **overrides)
+    app = create_app(
+        Settings(database_url=database_url, worker=False, secret_key="sso-test-secret", oidc_providers=[configured])
+    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=app_port, log_level="warning"))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield provider, App(provider.app_url, app.state.context.store, loop)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        loop.close()
+
+
+def _write_whole(file: Path, value: object) -> None:
+    """Write `value` as JSON whole or not at all: the provider reads these files at its requests."""
+    part = file.with_suffix(".part")
+    part.write_text(json.dumps(value))
+    part.replace(file)

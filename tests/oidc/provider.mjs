@@ -1,8 +1,10 @@
 // A real OpenID provider for the sign-on tests: node-oidc-provider with its development login
 // form (any password), a test client, users with a groups claim, and RP-initiated logout.
-// Configured by environment: PORT, REDIRECT_URI, POST_LOGOUT_URI, KEYS (a JSON file of private JWKs,
-// the first signs), USERS (a JSON file {"name": {"groups": [...]}}, read at each sign-in so a test can
-// change someone's groups). Restart it with other KEYS to rotate.
+// Configured by environment: PORT, CLIENTS (a JSON file {"client_id": {client metadata}}, read at each
+// request, so one provider serves a test after another, each with its app on its own port: the test
+// client's redirect URIs are the current app's), KEYS (a JSON file of private JWKs, the first signs),
+// USERS (a JSON file {"name": {"groups": [...]}}, read at each sign-in so a test can change someone's
+// groups). Restart it with other KEYS to rotate.
 // ID_TOKEN names a JSON file that, while it exists, makes the token endpoint hand out a wrong ID token
 // (read at each token request, so a test can switch): an object changes claims and signs again with the
 // provider's key ({"aud": "other-app"}, {"iss": "..."}, {"nonce": "..."}, {"exp_offset": -3600}: expiry
@@ -11,29 +13,23 @@
 import { existsSync, readFileSync } from "node:fs";
 import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair, importJWK } from "jose";
 import Provider from "oidc-provider";
+// The library's own in-memory store for everything but the clients (sessions, codes, grants). No package
+// "exports" field closes this path; package-lock.json pins the version.
+import { createMemoryAdapter } from "oidc-provider/lib/adapters/memory_adapter.js";
 
 const port = Number(process.env.PORT);
 const keys = JSON.parse(readFileSync(process.env.KEYS, "utf8"));
 
+const memory = createMemoryAdapter();
+// Clients as the CLIENTS file has them now: the client cache is keyed by their metadata, so a change takes.
+const clients = {
+  async find(id) {
+    return JSON.parse(readFileSync(process.env.CLIENTS, "utf8"))[id];
+  },
+};
+
 const provider = new Provider(`http://127.0.0.1:${port}`, {
-  clients: [
-    {
-      client_id: "approvals",
-      client_secret: "test-secret",
-      redirect_uris: [process.env.REDIRECT_URI],
-      post_logout_redirect_uris: [process.env.POST_LOGOUT_URI],
-      grant_types: ["authorization_code"],
-      response_types: ["code"],
-    },
-    {
-      // another application at the same provider: its codes and tokens are not for approvals
-      client_id: "other-app",
-      client_secret: "other-secret",
-      redirect_uris: [process.env.REDIRECT_URI],
-      grant_types: ["authorization_code"],
-      response_types: ["code"],
-    },
-  ],
+  adapter: (model) => (model === "Client" ? clients : memory(model)),
   jwks: { keys },
   claims: {
     openid: ["sub"],

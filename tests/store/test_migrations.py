@@ -76,19 +76,35 @@ def index_definitions(url: str, *, every: bool = False) -> dict[str, str]:
     return {name: definition for name, definition in rows if every or name not in MIGRATION_ONLY_INDEXES}
 
 
+SQLITE_TABLES: dict[tuple[str, str], object] = {}
+"""SQLite tables as `schema_state` reflected them, by name and CREATE TABLE statement. SQLite derives a table's
+columns and unique constraints (its automatic indexes) from that statement alone, so a table whose statement was
+reflected before is not reflected again: walking the revisions up and down meets the same tables many times."""
+
+
 def schema_state(url: str) -> dict[str, object]:
     """What a migration changes: tables with their columns and unique constraints, indexes, function bodies."""
+    statements: dict[str, str] = {}
+    if url.startswith("sqlite"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
+            statements = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
     engine = create_engine(normalize_url(url, sync=True), poolclass=pool.NullPool)
     try:
         inspector = inspect(engine)
-        tables = {
-            name: (
+        tables: dict[str, object] = {}
+        for name in inspector.get_table_names():
+            if name == "alembic_version":
+                continue
+            key = (name, statements[name]) if name in statements else None
+            if key is not None and key in SQLITE_TABLES:
+                tables[name] = SQLITE_TABLES[key]
+                continue
+            tables[name] = (
                 [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(name)],
                 sorted((u["name"] or "", tuple(u["column_names"])) for u in inspector.get_unique_constraints(name)),
             )
-            for name in inspector.get_table_names()
-            if name != "alembic_version"
-        }
+            if key is not None:
+                SQLITE_TABLES[key] = tables[name]
     finally:
         engine.dispose()
     functions: set[tuple[str, str]] = set()

@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -26,6 +26,9 @@ from approvals_web.settings import Settings
 from ..databases import BACKENDS, DATABASES
 from ..store import agents as store_agents
 from ..store.conftest import postgres_url, sqlite_template  # noqa: F401 - fixtures shared with the store tests
+
+if TYPE_CHECKING:
+    from ..oidc.harness import Provider
 
 PASSWORDS = {"alice": "alice-pw-1234", "bob": "bob-pw-1234", "victor": "victor-pw-1234", "ada": "ada-pw-1234"}
 ROLES = {"alice": "reviewer", "bob": "reviewer", "victor": "viewer", "ada": "admin"}
@@ -119,3 +122,13 @@ async def web(db_url: str, web_tokens: dict[str, str]) -> AsyncIterator[WebApp]:
     async with app.router.lifespan_context(app):
         store: Store = app.state.context.store
         yield WebApp(app=app, store=store, tokens=web_tokens)
+
+
+@pytest.fixture(scope="session")
+def oidc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
+    """node-oidc-provider, one per process (~1.5 s to start) for every sign-on test: each test's app
+    (tests/oidc/harness.py: `provider_and_app`) resets it and points its test client at itself."""
+    from ..oidc.harness import oidc_provider  # uvicorn and joserfc: only for a process that runs these tests
+
+    with oidc_provider(tmp_path_factory.mktemp("sso"), "http://127.0.0.1:9") as provider:
+        yield provider

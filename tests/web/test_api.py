@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import io
 import json
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from starlette.concurrency import run_in_threadpool
 
 from approvals.store import Actor, Database, Store
+from approvals.store.audit import run_event
 from approvals.store.queries import encode_cursor
 from approvals.worker.resumer import AgentRegistry, Resumer
 
@@ -663,8 +665,10 @@ async def test_the_audit_export_streams_every_matching_event_as_jsonl_and_csv(we
 
 
 async def test_the_audit_export_of_many_events_crosses_pages(web: WebApp) -> None:
-    for i in range(1_100):  # more than one page of the export's reads
-        await web.store.runs.start_run("shop", f"run {i}", actor=SERVICE)
+    # more than one page of the export's reads (1,000 events), as `start_run` records them, in one transaction
+    async with web.store.runs.transaction() as tx:
+        for i in range(1_100):
+            tx.record(run_event(SERVICE.id, "run.started", uuid.uuid4().hex, "shop", {"prompt": f"run {i}"}))
     async with web.api("viewer") as api:
         lines = (await api.get("/api/audit/export", params={"action": "run.started"})).text.splitlines()
     assert len(lines) == 1_100

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import httpx
 from sqlalchemy import select
@@ -11,7 +10,7 @@ from sqlalchemy import select
 from approvals.calls.actors import SYSTEM, ProviderIdentity
 from approvals.store.models import AuditEventRow
 
-from ..oidc.harness import App, provider_and_app
+from ..oidc.harness import App, Provider, provider_and_app
 
 FORM = re.compile(r'<form[^>]*action="([^"]+)"', re.S)
 HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
@@ -44,8 +43,8 @@ def _events(app: App, action: str) -> list[AuditEventRow]:
     return app.call(read())
 
 
-def test_first_sign_in_creates_the_user_and_a_second_refreshes(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (provider, app):
+def test_first_sign_in_creates_the_user_and_a_second_refreshes(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (provider, app):
         with httpx.Client(follow_redirects=True) as client:
             page = sign_in(client, app.url, "alice")
             assert page.status_code == 200, page.text[:2000]
@@ -69,8 +68,8 @@ def test_first_sign_in_creates_the_user_and_a_second_refreshes(db_url: str, tmp_
         assert len(_events(app, "user.logged_in")) == 2
 
 
-def test_a_replayed_state_is_refused(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (_, app), httpx.Client(follow_redirects=True) as client:
+def test_a_replayed_state_is_refused(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (_, app), httpx.Client(follow_redirects=True) as client:
         page = sign_in(client, app.url, "bob")
         assert page.status_code == 200, page.text[:2000]
         callback = next(str(r.url) for r in page.history if "/sso/test/callback" in str(r.url))
@@ -81,8 +80,8 @@ def test_a_replayed_state_is_refused(db_url: str, tmp_path: Path) -> None:
         assert len(_events(app, "user.logged_in")) == 1
 
 
-def test_groups_without_a_role_are_refused_clearly(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (_, app), httpx.Client(follow_redirects=True) as client:
+def test_groups_without_a_role_are_refused_clearly(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (_, app), httpx.Client(follow_redirects=True) as client:
         page = sign_in(client, app.url, "eve")
         assert page.status_code == 403
         assert "none of your groups gives a role" in page.text
@@ -92,8 +91,8 @@ def test_groups_without_a_role_are_refused_clearly(db_url: str, tmp_path: Path) 
         assert client.get(f"{app.url}/", follow_redirects=False).status_code in (302, 303, 401)
 
 
-def test_a_disabled_user_is_refused(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (_, app):
+def test_a_disabled_user_is_refused(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (_, app):
         with httpx.Client(follow_redirects=True) as client:
             assert sign_in(client, app.url, "bob").status_code == 200
         app.call(app.store.people.update_user("bob", actor=SYSTEM, disabled=True))
@@ -104,8 +103,8 @@ def test_a_disabled_user_is_refused(db_url: str, tmp_path: Path) -> None:
         assert len(_events(app, "user.logged_in")) == 1
 
 
-def test_a_rotated_provider_key_is_fetched(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (provider, app):
+def test_a_rotated_provider_key_is_fetched(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (provider, app):
         with httpx.Client(follow_redirects=True) as client:
             assert sign_in(client, app.url, "bob").status_code == 200
         provider.start("key-2")
@@ -115,8 +114,8 @@ def test_a_rotated_provider_key_is_fetched(db_url: str, tmp_path: Path) -> None:
         assert len(_events(app, "user.logged_in")) == 2
 
 
-def test_a_code_issued_to_another_client_is_refused(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (_, app), httpx.Client(follow_redirects=True) as client:
+def test_a_code_issued_to_another_client_is_refused(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (_, app), httpx.Client(follow_redirects=True) as client:
         start = client.get(f"{app.url}/sso/test/login", follow_redirects=False)
         authorize = httpx.URL(start.headers["location"])
         assert authorize.params["client_id"] == "approvals"
@@ -130,10 +129,10 @@ def test_a_code_issued_to_another_client_is_refused(db_url: str, tmp_path: Path)
         assert _events(app, "user.logged_in") == []
 
 
-def test_the_provider_identity_speaks_for_the_user_on_every_channel(db_url: str, tmp_path: Path) -> None:
+def test_the_provider_identity_speaks_for_the_user_on_every_channel(db_url: str, oidc: Provider) -> None:
     """The verified e-mail becomes the user's (Slack maps members by it, e-mail links go to it); Slack, e-mail links
     and the user's API tokens act with the identity the user last signed in as, which decisions record."""
-    with provider_and_app(db_url, tmp_path) as (provider, app):
+    with provider_and_app(db_url, oidc) as (provider, app):
         with httpx.Client(follow_redirects=True) as client:
             assert sign_in(client, app.url, "alice").status_code == 200
         alice = app.call(app.store.people.get_user("alice"))
@@ -150,8 +149,8 @@ def test_the_provider_identity_speaks_for_the_user_on_every_channel(db_url: str,
         assert by_token is not None and by_token.identity == expected
 
 
-def test_a_provider_email_another_user_has_is_not_taken(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (_, app):
+def test_a_provider_email_another_user_has_is_not_taken(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (_, app):
         app.call(app.store.people.create_user("carol", "a long enough password", role="viewer", actor=SYSTEM))
         app.call(app.store.people.set_user_contact("carol", actor=SYSTEM, email="bob@example.com"))
         with httpx.Client(follow_redirects=True) as client:

@@ -8,7 +8,6 @@ but its `login.failed` event, and a right token must work again afterwards.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ from sqlalchemy import func, select
 
 from approvals.store.models import UserRow
 
-from ..oidc.harness import App, provider_and_app
+from ..oidc.harness import App, Provider, provider_and_app
 from .test_sso import _events, _submit, sign_in
 
 CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -54,8 +53,8 @@ def _logged_in(client: httpx.Client, app_url: str) -> bool:
 
 
 @pytest.mark.parametrize(("mode", "reason"), WRONG_TOKENS.values(), ids=WRONG_TOKENS.keys())
-def test_a_wrong_id_token_is_refused(db_url: str, tmp_path: Path, mode: str | dict[str, object], reason: str) -> None:
-    with provider_and_app(db_url, tmp_path) as (provider, app):
+def test_a_wrong_id_token_is_refused(db_url: str, oidc: Provider, mode: str | dict[str, object], reason: str) -> None:
+    with provider_and_app(db_url, oidc) as (provider, app):
         users = _user_count(app)
         provider.hand_out(mode)
         with httpx.Client(follow_redirects=True) as client:
@@ -89,8 +88,8 @@ def _provider_session_answers(client: httpx.Client, app_url: str) -> httpx.Respo
     return client.get(start.headers["location"], follow_redirects=False)
 
 
-def test_logout_ends_the_session_here_and_at_the_provider(db_url: str, tmp_path: Path) -> None:
-    with provider_and_app(db_url, tmp_path) as (provider, app), httpx.Client(follow_redirects=True) as client:
+def test_logout_ends_the_session_here_and_at_the_provider(db_url: str, oidc: Provider) -> None:
+    with provider_and_app(db_url, oidc) as (provider, app), httpx.Client(follow_redirects=True) as client:
         assert sign_in(client, app.url, "alice").status_code == 200
         cookie = client.cookies[COOKIE]  # what someone who copied it holds
         with httpx.Client(cookies={COOKIE: cookie}) as copied:

@@ -22,7 +22,7 @@ from approvals.exceptions import ApprovalsError
 from approvals.policy.sandbox import set_condition_budget
 from approvals.service import ApprovalService
 from approvals.store import PENDING_CHANNEL, RUNS_CHANNEL, Database, Store
-from approvals.store.errors import describe, is_transient
+from approvals.store.errors import describe
 from approvals.worker import DelivererHealth
 from approvals.worker.follow_ups import FollowUpHealth, run_follow_ups
 from approvals.worker.resumer import AgentRegistry, WorkerHealth, run_worker
@@ -39,6 +39,7 @@ from .email_links import routes as email_links
 from .gate import routes as gate
 from .hardening import SecurityMiddleware, reject_nul_in_url
 from .pages import audit, inbox, login, users
+from .parking import ParkingMiddleware
 from .rules import api as rules_api
 from .rules import pages as rules_pages
 from .scim import router as scim_router
@@ -50,8 +51,6 @@ from .templating import render
 
 logger = logging.getLogger("approvals.web")
 STATIC = Path(__file__).parent / "static"
-RETRY_AFTER_SECONDS = 5
-"""What a client is told to wait while the database is unreachable."""
 
 
 def create_app(settings: Settings | None = None, *, registry: AgentRegistry | None = None) -> FastAPI:
@@ -150,6 +149,7 @@ def create_app(settings: Settings | None = None, *, registry: AgentRegistry | No
         same_site="lax",
         https_only=settings.cookie_secure,
     )
+    app.add_middleware(ParkingMiddleware)  # inside the security headers, outside the session
     app.add_middleware(SecurityMiddleware, max_body_bytes=settings.max_request_bytes)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(health.router)
@@ -203,21 +203,16 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def database_error(request: Request, exc: SQLAlchemyError) -> Response:
         # a database that is down for now is 503 with Retry-After; anything else is our bug: 500
-        transient = is_transient(exc)
-        if transient:
+        failure = problems.database_failure(exc)
+        if failure.transient:
             logger.warning("%s %s: database unavailable: %s", request.method, request.url.path, describe(exc))
-            status, title = 503, "Database unavailable"
-            detail = "The database cannot be reached right now; nothing was changed. Try again shortly."
         else:
             logger.error("%s %s: database error", request.method, request.url.path, exc_info=exc)
-            status, title, detail = 500, "Database error", "The database refused the operation; it was not done."
-        response: Response = (
-            problems.problem(status, title, detail)
-            if _wants_problem_json(request)
-            else _error_page(request, status, title, detail)
-        )
-        if transient:
-            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        if _wants_problem_json(request):
+            return problems.database_problem(failure)
+        response = _error_page(request, failure.status, failure.title, failure.detail)
+        if failure.transient:
+            response.headers["Retry-After"] = str(problems.RETRY_AFTER_SECONDS)
         return response
 
     @app.exception_handler(RequestValidationError)

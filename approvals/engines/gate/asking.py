@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,19 @@ if TYPE_CHECKING:
     from ...store import Actor
     from ...store.models import ToolCallRow
 
-__all__ = ("MAX_WAIT_SECONDS", "Asked", "ask", "ask_by_hook", "wait_for")
+__all__ = (
+    "MAX_WAIT_SECONDS",
+    "Asked",
+    "HookAsked",
+    "Pending",
+    "answer_later",
+    "ask",
+    "ask_by_hook",
+    "hook_answer",
+    "hook_asked",
+    "look",
+    "wait_for",
+)
 
 logger = logging.getLogger("approvals.gate")
 
@@ -35,11 +47,27 @@ MAX_WAIT_SECONDS = 3_600.0
 
 
 @dataclass(frozen=True)
+class Pending:
+    """A stored call nobody decided yet: all that waiting for it later needs (its names, not the row)."""
+
+    id: str
+    run_id: str
+    agent_name: str
+    tool_name: str
+
+    @classmethod
+    def of(cls, call: ToolCallRow) -> Pending:
+        return cls(call.id, call.run_id, call.agent_name, call.tool_name)
+
+
+@dataclass(frozen=True)
 class Asked:
     """A gate request's outcome: the answer, and whether this request stored the call."""
 
     answer: GateAnswer
     created: bool
+    pending: Pending | None = None
+    """The call's names while nobody decided it, for waiting on it later (`answer_later`)."""
 
 
 Gone = Callable[[], Awaitable[bool]]
@@ -56,7 +84,15 @@ async def ask(
     """
     call, created = await service.request_call(request, actor=actor, hand_out=True)
     handed = created and call.status == CallStatus.EXECUTING  # a rule allowed it: stored handed out to this request
-    return Asked(await _answered(service, call, actor=actor, wait=wait, gone=gone, handed=handed), created)
+    answer = await _answered(service, call, actor=actor, wait=wait, gone=gone, handed=handed)
+    return Asked(answer, created, None if answer.decided else Pending.of(call))
+
+
+async def look(service: ApprovalService, call_id: str, *, actor: Actor, gone: Gone | None = None) -> Asked:
+    """`wait_for` without the wait: the call's answer now (handed out if approved), with its names if pending."""
+    call = await service.store.calls.asked_call(call_id, actor=actor)
+    answer = await _answered(service, call, actor=actor, wait=0, gone=gone)
+    return Asked(answer, False, None if answer.decided else Pending.of(call))
 
 
 async def wait_for(
@@ -67,6 +103,18 @@ async def wait_for(
     Only the one who asked for it (or an admin) hears it: `Forbidden` for anyone else."""
     call = await service.store.calls.asked_call(call_id, actor=actor)
     return await _answered(service, call, actor=actor, wait=wait, gone=gone)
+
+
+async def answer_later(
+    service: ApprovalService, pending: Pending, *, actor: Actor, wait: float, gone: Gone | None = None
+) -> GateAnswer:
+    """A pending call's answer after waiting up to `wait` seconds, as `ask` or `wait_for` would have given it:
+    for a request that let go of everything else while it waits (the web app's parked requests)."""
+    with with_run(pending.run_id), with_call(pending.id):
+        call = await service.store.calls.wait_for_decision(
+            pending.id, seconds=min(wait, MAX_WAIT_SECONDS), run_id=pending.run_id
+        )
+        return await _handed(service, call, actor=actor, hand_out=True, gone=gone, handed=False)
 
 
 async def _answered(
@@ -81,13 +129,33 @@ async def _answered(
 ) -> GateAnswer:
     with with_run(call.run_id), with_call(call.id):  # lines logged while the gate waits name the call
         if not answer_for(call).decided and wait > 0:
-            call = await service.store.calls.wait_for_decision(call.id, seconds=min(wait, MAX_WAIT_SECONDS))
-        if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
-            # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
-            # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved.
-            # Of two requests waiting on one call, only the one whose hand-out took it hears `handed_out`.
-            call, handed = await service.store.calls.hand_out(call.id, actor=actor)
-        return answer_for(call, handed_out=handed)
+            call = await service.store.calls.wait_for_decision(
+                call.id, seconds=min(wait, MAX_WAIT_SECONDS), run_id=call.run_id
+            )
+        return await _handed(service, call, actor=actor, hand_out=hand_out, gone=gone, handed=handed)
+
+
+async def _handed(
+    service: ApprovalService, call: ToolCallRow, *, actor: Actor, hand_out: bool, gone: Gone | None, handed: bool
+) -> GateAnswer:
+    if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
+        # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
+        # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved.
+        # Of two requests waiting on one call, only the one whose hand-out took it hears `handed_out`.
+        call, handed = await service.store.calls.hand_out(call.id, actor=actor)
+    return answer_for(call, handed_out=handed)
+
+
+@dataclass(frozen=True)
+class HookAsked:
+    """A hook's call, stored (or found): what answering it, now or after a wait, needs."""
+
+    pending: Pending
+    answer: GateAnswer
+    """Where the call stood when it was asked for."""
+    asked: Mapping[str, Any]
+    """The arguments the CLI asked to run the tool with (an edit is answered against them)."""
+    asked_at: float
 
 
 async def ask_by_hook(
@@ -106,31 +174,75 @@ async def ask_by_hook(
     Bad input, a refused request or a failure of ours is a denial naming the reason (and a
     `call.refused` audit event where the input was at fault). A call nobody decided within
     `wait` seconds gets `fallback`. A post-tool hook's report settles the call that ran
-    (`succeeded`, with the tool's output) and gets an empty answer.
+    (`succeeded`, with the tool's output) and gets an empty answer. `hook_asked` and
+    `hook_answer` are its two halves, for a caller that waits in between on its own.
     """
+    asked = await hook_asked(service, hook, body, actor=actor, approval_ttl=approval_ttl)
+    if not isinstance(asked, HookAsked):
+        return asked
+    return await hook_answer(service, hook, asked, actor=actor, wait=wait, fallback=fallback, call_url=call_url)
+
+
+async def hook_asked(
+    service: ApprovalService, hook: HookFormat, body: Any, *, actor: Actor, approval_ttl: float | None = None
+) -> HookAsked | dict[str, Any]:
+    """The hook's call stored (or found), or the answer already: a report's, or a refusal's denial."""
     if hook.reports_outcome(body):
         return await _report(service, hook, body, actor=actor)
     try:
         request = hook.request(body, approval_ttl=approval_ttl)
         # a call a rule allows is answered `allow` (it is never edited), so the CLI runs it: handed out at once
         call, _ = await service.request_call(request, actor=actor, hand_out=True)
-        asked_at = time.monotonic()
-        answer = await _answered(service, call, actor=actor, wait=wait, hand_out=False)
-        verdict = verdict_for(hook, answer, fallback=fallback, call_url=call_url(answer.call_id), asked=request.args)
+    except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
+        return await _refused(service, hook, exc, actor, body)
+    except ApprovalsError as exc:  # not found, forbidden: the token or the setup is at fault
+        logger.warning("%s hook from %s refused: %s", hook.cli, actor.id, exc)
+        return hook.denial(f"approvals refused this call: {exc}")
+    return HookAsked(Pending.of(call), answer_for(call), request.args, time.monotonic())
+
+
+async def hook_answer(
+    service: ApprovalService,
+    hook: HookFormat,
+    asked: HookAsked,
+    *,
+    actor: Actor,
+    wait: float,
+    fallback: Fallback,
+    call_url: Callable[[str], str],
+) -> dict[str, Any]:
+    """The CLI's answer for its call, after waiting up to `wait` seconds for a person if it is pending."""
+    pending = asked.pending
+    answer = asked.answer
+    try:
+        if not answer.decided and wait > 0:
+            with with_run(pending.run_id), with_call(pending.id):
+                call = await service.store.calls.wait_for_decision(
+                    pending.id, seconds=min(wait, MAX_WAIT_SECONDS), run_id=pending.run_id
+                )
+            answer = answer_for(call)
+        verdict = verdict_for(hook, answer, fallback=fallback, call_url=call_url(answer.call_id), asked=asked.asked)
         if answer.decision is Decision.PENDING:
-            await _audit_fallback(service, hook, call, fallback, time.monotonic() - asked_at, actor)
+            waited = time.monotonic() - asked.asked_at
+            await _audit_fallback(service, hook, pending, fallback, waited, actor)
         if verdict.permission is Permission.ALLOW and answer.status == CallStatus.APPROVED:
             _, handed = await service.store.calls.hand_out(answer.call_id, actor=actor)  # only what the CLI runs
             if not handed:  # another request about the same tool call was handed it at the same moment
                 return hook.denial(f"approvals handed this call to another request, which runs it: {answer.call_id}")
-    except (HookInputError, InvalidArguments, UserError, Conflict) as exc:
-        reason = _refusal(exc)
-        await _audit_refusal(service, hook, reason, actor, body)
-        return hook.denial(f"approvals refused this call: {reason}")
-    except ApprovalsError as exc:  # not found, forbidden: the token or the setup is at fault
+    except (UserError, Conflict) as exc:
+        return await _refused(service, hook, exc, actor, None)
+    except ApprovalsError as exc:
         logger.warning("%s hook from %s refused: %s", hook.cli, actor.id, exc)
         return hook.denial(f"approvals refused this call: {exc}")
     return hook.write(verdict)
+
+
+async def _refused(
+    service: ApprovalService, hook: HookFormat, exc: Exception, actor: Actor, body: Any
+) -> dict[str, Any]:
+    reason = _refusal(exc)
+    await _audit_refusal(service, hook, reason, actor, body)
+    return hook.denial(f"approvals refused this call: {reason}")
 
 
 def _refusal(exc: Exception) -> str:
@@ -156,7 +268,7 @@ async def _audit_refusal(service: ApprovalService, hook: HookFormat, reason: str
 
 
 async def _audit_fallback(
-    service: ApprovalService, hook: HookFormat, call: ToolCallRow, fallback: Fallback, waited: float, actor: Actor
+    service: ApprovalService, hook: HookFormat, call: Pending, fallback: Fallback, waited: float, actor: Actor
 ) -> None:
     """Nobody decided within the hook's wait: say so in the audit log (what `/metrics` counts as a fallback)."""
     logger.info("%s hook: call %s not decided in %.0f s; answered %s", hook.cli, call.id, waited, fallback.value)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from approvals.exceptions import (
@@ -19,6 +21,7 @@ from approvals.exceptions import (
     NotFound,
     UserError,
 )
+from approvals.store.errors import is_transient
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -31,6 +34,34 @@ _STATUS: list[tuple[type[ApprovalsError], int, str]] = [
     (InvalidDeferredResults, 409, "Decisions do not fit the run"),
     (UserError, 400, "Bad Request"),
 ]
+
+
+RETRY_AFTER_SECONDS = 5
+"""What a 503 for a database that is down for now tells callers to wait before trying again."""
+
+
+@dataclass(frozen=True)
+class DatabaseFailure:
+    """What a request that failed on the database answers: 503 (try again) for an outage, else 500 (our bug)."""
+
+    transient: bool
+    status: int
+    title: str
+    detail: str
+
+
+def database_failure(exc: SQLAlchemyError) -> DatabaseFailure:
+    if is_transient(exc):
+        detail = "The database cannot be reached right now; nothing was changed. Try again shortly."
+        return DatabaseFailure(True, 503, "Database unavailable", detail)
+    return DatabaseFailure(False, 500, "Database error", "The database refused the operation; it was not done.")
+
+
+def database_problem(failure: DatabaseFailure) -> JSONResponse:
+    response = problem(failure.status, failure.title, failure.detail)
+    if failure.transient:
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
@@ -26,13 +27,23 @@ from approvals.calls.actors import Actor
 from approvals.calls.requests import MAX_APPROVAL_TTL, CallRequest
 from approvals.calls.states import CallStatus
 from approvals.engines.gate.answers import GateAnswer
-from approvals.engines.gate.asking import MAX_WAIT_SECONDS, ask, ask_by_hook, wait_for
+from approvals.engines.gate.asking import (
+    MAX_WAIT_SECONDS,
+    Asked,
+    HookAsked,
+    answer_later,
+    ask,
+    hook_answer,
+    hook_asked,
+    look,
+)
 from approvals.engines.gate.hooks import FORMATS, Fallback, HookFormat
 
 from ..api.routes import EVERY_ROUTE, errors
 from ..api.schemas import CallOut, Name
 from ..auth import ContextDep, app_context
 from ..context import AppContext
+from ..parking import Gone, park
 
 __all__ = ("hooks_router", "router")
 
@@ -138,7 +149,7 @@ class GateAnswerOut(BaseModel):
     url: str = Field(description="The call's page in the inbox.")
 
     @classmethod
-    def build(cls, answer: GateAnswer, request: Request) -> GateAnswerOut:
+    def build(cls, answer: GateAnswer, url: str) -> GateAnswerOut:
         return cls(
             call_id=answer.call_id,
             idempotency_key=answer.tool_call_id,
@@ -150,7 +161,7 @@ class GateAnswerOut(BaseModel):
             answer=answer.answer,
             decided_by=answer.decided_by,
             handed_out=answer.handed_out,
-            url=call_url(request, answer.call_id),
+            url=url,
         )
 
 
@@ -178,36 +189,49 @@ def call_url(request: Request, call_id: str) -> str:
         "`approved`, with the returned `args`, then report the outcome."
     ),
     status_code=201,
+    response_model=GateAnswerOut,
     responses={200: {"model": GateAnswerOut, "description": "Asked before: the same call."}, **errors(404, 409)},
 )
 async def ask_call(
-    body: Annotated[GateRequest, Body()],
-    actor: AskingActor,
-    context: ContextDep,
-    request: Request,
-    response: Response,
-    wait: Wait = 0,
-) -> GateAnswerOut:
-    asked = await ask(
-        context.service, body.to_request(), actor=actor, wait=_bounded(context, wait), gone=request.is_disconnected
-    )
-    if not asked.created:
-        response.status_code = 200
-    return GateAnswerOut.build(asked.answer, request)
+    body: Annotated[GateRequest, Body()], actor: AskingActor, context: ContextDep, request: Request, wait: Wait = 0
+) -> Response:
+    asked = await ask(context.service, body.to_request(), actor=actor, wait=0, gone=request.is_disconnected)
+    return await _answered(request, context, asked, actor, wait, status=201 if asked.created else 200)
 
 
 @router.get(
     "/gate/calls/{call_id}",
     summary="A gate call's decision, waiting up to `wait` seconds for it",
+    response_model=GateAnswerOut,
     responses=errors(404),
 )
 async def wait_for_call(
     call_id: Name, actor: AskingActor, context: ContextDep, request: Request, wait: Wait = 0
-) -> GateAnswerOut:
-    answer = await wait_for(
-        context.service, call_id, actor=actor, wait=_bounded(context, wait), gone=request.is_disconnected
-    )
-    return GateAnswerOut.build(answer, request)
+) -> Response:
+    asked = await look(context.service, call_id, actor=actor, gone=request.is_disconnected)
+    return await _answered(request, context, asked, actor, wait)
+
+
+async def _answered(
+    request: Request, context: AppContext, asked: Asked, actor: Actor, wait: float, *, status: int = 200
+) -> Response:
+    """The gate's answer now, or once a person decided or `wait` seconds passed (the request parked meanwhile)."""
+    pages = call_url(request, "")
+    pending, wait = asked.pending, _bounded(context, wait)
+    if pending is None or wait <= 0:
+        return _answer_json(asked.answer, pages, status)
+    service = context.service
+
+    async def later(gone: Gone) -> Response:
+        return _answer_json(await answer_later(service, pending, actor=actor, wait=wait, gone=gone), pages, status)
+
+    return await park(request, later)
+
+
+def _answer_json(answer: GateAnswer, pages: str, status: int) -> JSONResponse:
+    """`GateAnswerOut` as the response (`pages`: the call pages' address, which the call's id ends)."""
+    out = GateAnswerOut.build(answer, f"{pages}{answer.call_id}")
+    return JSONResponse(out.model_dump(mode="json"), status_code=status)
 
 
 def _bounded(context: AppContext, wait: float) -> float:
@@ -243,7 +267,7 @@ async def hook(
     wait: Annotated[str | None, Query(description="Seconds to wait for a person (0 to 3600).")] = None,
     fallback: Annotated[str | None, Query(description="What to answer when nobody decided in time.")] = None,
     ttl: Annotated[str | None, Query(description="Seconds people have to decide, from the first ask.")] = None,
-) -> JSONResponse:
+) -> Response:
     hook_format = FORMATS.get(cli) or FORMATS["claude-code"]
     if cli not in FORMATS:
         return _denied(hook_format, f"No hook format {cli!r}; known: {', '.join(FORMATS)}")
@@ -265,19 +289,41 @@ async def hook(
         parsed = json.loads(body)
     except ValueError:
         return _denied(hook_format, "The hook input is not JSON")
+    service, failed = app_context(request).service, _failed(hook_format, cli, actor)
     try:
-        answer = await ask_by_hook(
-            app_context(request).service,
-            hook_format,
-            parsed,
-            actor=actor,
-            call_url=lambda call_id: call_url(request, call_id),
-            **options,
-        )
+        asked = await hook_asked(service, hook_format, parsed, actor=actor, approval_ttl=options["approval_ttl"])
     except Exception:  # our failure (the database is down, say): the tool must not run unasked
+        return failed()
+    if not isinstance(asked, HookAsked):
+        return JSONResponse(asked)
+    pages = call_url(request, "")
+
+    async def answered(_gone: Gone | None = None) -> Response:
+        try:
+            answer = await hook_answer(
+                service,
+                hook_format,
+                asked,
+                actor=actor,
+                wait=options["wait"],
+                fallback=options["fallback"],
+                call_url=lambda call_id: f"{pages}{call_id}",
+            )
+        except Exception:  # as above: a denial, never an error the CLI would take for "go ahead"
+            return failed()
+        return JSONResponse(answer)
+
+    if asked.answer.decided or options["wait"] <= 0:
+        return await answered()
+    return await park(request, answered)
+
+
+def _failed(hook_format: HookFormat, cli: str, actor: Actor) -> Callable[[], JSONResponse]:
+    def failed() -> JSONResponse:
         logger.exception("%s hook from %s failed", cli, actor.id)
         return _denied(hook_format, "approvals could not record this call right now, so it was not run; try again")
-    return JSONResponse(answer)
+
+    return failed
 
 
 def _hook_options(hook_format: HookFormat, wait: str | None, fallback: str | None, ttl: str | None) -> dict[str, Any]:

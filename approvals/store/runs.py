@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import Table, bindparam, func, insert, select, tuple_
 
 from .. import tracing
 from ..calls.actors import Actor
@@ -26,6 +26,7 @@ from ..calls.tools import DeferredToolRequests
 from ..exceptions import Conflict, Forbidden, NotFound
 from . import run_cancel
 from .audit import run_event
+from .backend import Finish
 from .claims import Claim, ClaimedRun, ModelMessage, StaleLeaseCheck
 from .models import STORED_TEXT, MessageRow, RunRow, RunStateRow
 from .paused_runs import PausedRun, insert_paused_run, paused_write
@@ -39,10 +40,32 @@ from .run_plan import (
     utcnow,
 )
 from .run_sql import (
+    Step,
     Tx,
     hold_run,
 )
 from .wakeups import READY_CHANNEL, RUNS_CHANNEL
+
+_RUN_COLUMNS = cast(Table, RunRow.__table__).c
+_INSERT_RUN = insert(RunRow).values(
+    {
+        name: bindparam(name, type_=_RUN_COLUMNS[name].type)
+        for name in (
+            "id",
+            "agent_name",
+            "engine",
+            "status",
+            "prompt",
+            "deps",
+            "started_by",
+            "trace_context",
+            "message_count",
+            "created_at",
+            "updated_at",
+        )
+    }
+)
+"""A new run, queued (`start_run`)."""
 
 CallOutcomes = Mapping[str, tuple[CallStatus, Any]]
 """Executed calls' outcomes by tool call id: `(CallStatus.SUCCEEDED, result)` or `(CallStatus.FAILED, message)`."""
@@ -87,25 +110,27 @@ class Runs(UnderRules):
         run_id = run_id or uuid.uuid4().hex
         now = utcnow()
         with tracing.starting_run(agent_name, run_id) as trace_context:
-            async with self.transaction() as tx:
-                tx.session.add(
-                    RunRow(
-                        id=run_id,
-                        agent_name=agent_name,
-                        engine=engine,
-                        status=RunStatus.READY,
-                        prompt=prompt,
-                        deps=deps,
-                        started_by=actor.id,
-                        trace_context=trace_context,
-                        message_count=0,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
-                tx.record(run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}))
-                tx.announce(READY_CHANNEL, run_id)
-                tx.announce(RUNS_CHANNEL, run_id)
+            row = {
+                "id": run_id,
+                "agent_name": agent_name,
+                "engine": engine,
+                "status": RunStatus.READY,
+                "prompt": prompt,
+                "deps": deps,
+                "started_by": actor.id,
+                "trace_context": trace_context,
+                "message_count": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            started = Finish(
+                run_id,
+                events=[run_event(actor.id, "run.started", run_id, agent_name, {"prompt": prompt}, at=now)],
+                announcements=[(READY_CHANNEL, run_id), (RUNS_CHANNEL, run_id)],
+            )
+            # the plain statements' path (SQLite's cursor, PostgreSQL's pipeline), not the ORM's: 8 ms -> 1 ms
+            _, wake_ups = await self.backend.checked_write(self.db, [Step(_INSERT_RUN, row)], lambda _rows: started)
+        self.notifier.publish(wake_ups)
         return run_id
 
     async def start_paused_run(self, run: PausedRun, *, actor: Actor) -> str:

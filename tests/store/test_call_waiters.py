@@ -65,7 +65,11 @@ async def test_a_decision_wakes_its_own_calls_waiters_only(store: Store) -> None
         answers[call.id] = await store.calls.wait_for_decision(call.id, seconds=60)
 
     async with serving(store) as registry, anyio.create_task_group() as group:
-        for call in calls:
+        # another call's waiter holds the watch first: a watcher that leaves wakes one other to take it over,
+        # which is a wake-up of its own, not the decision's
+        group.start_soon(wait, calls[1])
+        await until(lambda: registry._watcher is not None)
+        for call in (calls[0], calls[2]):
             group.start_soon(wait, call)
         await until(lambda: len(registry) == 3)
         await store.calls.decide(calls[0].id, Approve(), actor=REVIEWER)

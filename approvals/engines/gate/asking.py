@@ -1,9 +1,11 @@
 """Asking through a gate: request a decision, wait for it within a bound, and answer the caller.
 
 The generic gate (`ask`) answers in our own terms (`GateAnswer`) and lets errors be errors:
-its caller reads HTTP statuses. A coding CLI's hook (`ask_by_hook`) must always get an
-answer it understands, since most of them run the tool when the hook fails: every refusal
-of bad input is a denial in the CLI's format, logged and audited, with nothing stored.
+its caller reads HTTP statuses. A coding CLI's hook (`hook_asked`, then `hook_answer`) must
+always get an answer it understands, since most of them run the tool when the hook fails:
+every refusal of bad input is a denial in the CLI's format, logged and audited, with nothing
+stored. A call nobody decided yet is waited on after the request let go of the rest
+(`answer_later`, `hook_answer`: the web app parks such requests).
 """
 
 from __future__ import annotations
@@ -33,11 +35,9 @@ __all__ = (
     "Pending",
     "answer_later",
     "ask",
-    "ask_by_hook",
     "hook_answer",
     "hook_asked",
     "look",
-    "wait_for",
 )
 
 logger = logging.getLogger("approvals.gate")
@@ -74,71 +74,44 @@ Gone = Callable[[], Awaitable[bool]]
 """Whether the caller has gone (its connection closed) after a wait: an approval is then not handed out."""
 
 
-async def ask(
-    service: ApprovalService, request: CallRequest, *, actor: Actor, wait: float, gone: Gone | None = None
-) -> Asked:
-    """Request a decision on one call and wait up to `wait` seconds for it (0: answer at once).
+async def ask(service: ApprovalService, request: CallRequest, *, actor: Actor, gone: Gone | None = None) -> Asked:
+    """Request a decision on one call and answer at once: the call handed out if approved, its names if pending
+    (`answer_later` waits for it).
 
     The same idempotency key (`CallRequest.tool_call_id`) in the same session gets the same
     call and its decision. `InvalidArguments`, `UserError` and `Conflict` say what is wrong.
     """
     call, created = await service.request_call(request, actor=actor, hand_out=True)
     handed = created and call.status == CallStatus.EXECUTING  # a rule allowed it: stored handed out to this request
-    answer = await _answered(service, call, actor=actor, wait=wait, gone=gone, handed=handed)
+    answer = await _handed(service, call, actor=actor, gone=gone, handed=handed)
     return Asked(answer, created, None if answer.decided else Pending.of(call))
 
 
 async def look(service: ApprovalService, call_id: str, *, actor: Actor, gone: Gone | None = None) -> Asked:
-    """`wait_for` without the wait: the call's answer now (handed out if approved), with its names if pending."""
-    call = await service.store.calls.asked_call(call_id, actor=actor)
-    answer = await _answered(service, call, actor=actor, wait=0, gone=gone)
-    return Asked(answer, False, None if answer.decided else Pending.of(call))
-
-
-async def wait_for(
-    service: ApprovalService, call_id: str, *, actor: Actor, wait: float, gone: Gone | None = None
-) -> GateAnswer:
-    """A call's answer, waiting up to `wait` seconds while nobody decided it (`NotFound` for no such call).
+    """A call's answer now (handed out if approved), with its names if pending; `NotFound` for no such call.
 
     Only the one who asked for it (or an admin) hears it: `Forbidden` for anyone else."""
     call = await service.store.calls.asked_call(call_id, actor=actor)
-    return await _answered(service, call, actor=actor, wait=wait, gone=gone)
+    answer = await _handed(service, call, actor=actor, gone=gone, handed=False)
+    return Asked(answer, False, None if answer.decided else Pending.of(call))
 
 
 async def answer_later(
     service: ApprovalService, pending: Pending, *, actor: Actor, wait: float, gone: Gone | None = None
 ) -> GateAnswer:
-    """A pending call's answer after waiting up to `wait` seconds, as `ask` or `wait_for` would have given it:
-    for a request that let go of everything else while it waits (the web app's parked requests)."""
-    with with_run(pending.run_id), with_call(pending.id):
+    """A pending call's answer after waiting up to `wait` seconds for a person, handed out if approved then
+    (unless the caller has gone): for a request that let go of everything else while it waits (parked)."""
+    with with_run(pending.run_id), with_call(pending.id):  # lines logged while the gate waits name the call
         call = await service.store.calls.wait_for_decision(
             pending.id, seconds=min(wait, MAX_WAIT_SECONDS), run_id=pending.run_id
         )
-        return await _handed(service, call, actor=actor, hand_out=True, gone=gone, handed=False)
-
-
-async def _answered(
-    service: ApprovalService,
-    call: ToolCallRow,
-    *,
-    actor: Actor,
-    wait: float,
-    hand_out: bool = True,
-    gone: Gone | None = None,
-    handed: bool = False,
-) -> GateAnswer:
-    with with_run(call.run_id), with_call(call.id):  # lines logged while the gate waits name the call
-        if not answer_for(call).decided and wait > 0:
-            call = await service.store.calls.wait_for_decision(
-                call.id, seconds=min(wait, MAX_WAIT_SECONDS), run_id=call.run_id
-            )
-        return await _handed(service, call, actor=actor, hand_out=hand_out, gone=gone, handed=handed)
+        return await _handed(service, call, actor=actor, gone=gone, handed=False)
 
 
 async def _handed(
-    service: ApprovalService, call: ToolCallRow, *, actor: Actor, hand_out: bool, gone: Gone | None, handed: bool
+    service: ApprovalService, call: ToolCallRow, *, actor: Actor, gone: Gone | None, handed: bool
 ) -> GateAnswer:
-    if hand_out and call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
+    if call.status == CallStatus.APPROVED and not (gone is not None and await gone()):
         # the caller runs it now: handed out, it is executing; a caller that went away while it waited gets
         # nothing handed out, so its retry (the MCP gateway's, by the same arguments) still finds it approved.
         # Of two requests waiting on one call, only the one whose hand-out took it hears `handed_out`.
@@ -158,35 +131,12 @@ class HookAsked:
     asked_at: float
 
 
-async def ask_by_hook(
-    service: ApprovalService,
-    hook: HookFormat,
-    body: Any,
-    *,
-    actor: Actor,
-    wait: float,
-    fallback: Fallback,
-    call_url: Callable[[str], str],
-    approval_ttl: float | None = None,
-) -> dict[str, Any]:
-    """A coding CLI's hook input in, its answer out, in its own format; never an error.
-
-    Bad input, a refused request or a failure of ours is a denial naming the reason (and a
-    `call.refused` audit event where the input was at fault). A call nobody decided within
-    `wait` seconds gets `fallback`. A post-tool hook's report settles the call that ran
-    (`succeeded`, with the tool's output) and gets an empty answer. `hook_asked` and
-    `hook_answer` are its two halves, for a caller that waits in between on its own.
-    """
-    asked = await hook_asked(service, hook, body, actor=actor, approval_ttl=approval_ttl)
-    if not isinstance(asked, HookAsked):
-        return asked
-    return await hook_answer(service, hook, asked, actor=actor, wait=wait, fallback=fallback, call_url=call_url)
-
-
 async def hook_asked(
     service: ApprovalService, hook: HookFormat, body: Any, *, actor: Actor, approval_ttl: float | None = None
 ) -> HookAsked | dict[str, Any]:
-    """The hook's call stored (or found), or the answer already: a report's, or a refusal's denial."""
+    """The hook's call stored (or found), or the answer already: a post-tool hook's report settles the call that
+    ran (`succeeded`, with the tool's output) and gets an empty answer; bad input or a refused request gets a
+    denial naming the reason (and a `call.refused` audit event where the input was at fault)."""
     if hook.reports_outcome(body):
         return await _report(service, hook, body, actor=actor)
     try:
@@ -211,7 +161,8 @@ async def hook_answer(
     fallback: Fallback,
     call_url: Callable[[str], str],
 ) -> dict[str, Any]:
-    """The CLI's answer for its call, after waiting up to `wait` seconds for a person if it is pending."""
+    """The CLI's answer for its call, in its own format and never an error: after waiting up to `wait` seconds for
+    a person if it is pending, and `fallback` (audited) if nobody decided by then."""
     pending = asked.pending
     answer = asked.answer
     try:

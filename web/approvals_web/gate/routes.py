@@ -195,7 +195,7 @@ def call_url(request: Request, call_id: str) -> str:
 async def ask_call(
     body: Annotated[GateRequest, Body()], actor: AskingActor, context: ContextDep, request: Request, wait: Wait = 0
 ) -> Response:
-    asked = await ask(context.service, body.to_request(), actor=actor, wait=0, gone=request.is_disconnected)
+    asked = await ask(context.service, body.to_request(), actor=actor, gone=request.is_disconnected)
     return await _answered(request, context, asked, actor, wait, status=201 if asked.created else 200)
 
 
